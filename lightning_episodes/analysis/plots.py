@@ -1,0 +1,205 @@
+"""Plots of the paper's episode-difficulty analyses (Arnold et al., NeurIPS 2021, §4.2).
+
+Every function draws on ``ax`` when one is given (e.g. from ``plt.subplots`` in a notebook) and
+otherwise on a new :class:`matplotlib.figure.Figure` created without pyplot: nothing is registered
+with pyplot's global state or shown, and saving renders with the Agg backend
+(``ax.figure.savefig("plot.png")``). Each returns the :class:`~matplotlib.axes.Axes` it drew on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from scipy import stats
+
+from lightning_episodes.analysis._arrays import ArrayLike, as_indices, as_matrix, as_vector
+from lightning_episodes.analysis.correlation import paired_vectors, rank_correlation
+from lightning_episodes.analysis.normality import fit_normal
+
+EASY_COLOR = "tab:blue"
+HARD_COLOR = "tab:red"
+
+
+def _new_axes(figsize: tuple[float, float] = (5.0, 4.0)) -> Axes:
+    """One Axes on a fresh pyplot-free Figure (rendered with Agg when saved)."""
+    return Figure(figsize=figsize, layout="constrained").add_subplot()
+
+
+def plot_density(
+    values: ArrayLike, ax: Axes | None = None, label: str | None = None, bins: int | str = "auto"
+) -> Axes:
+    """Histogram and KDE of the difficulties with the fitted normal N(μ, σ²) overlaid (§4.2).
+
+    Draws a density histogram (patches), a Gaussian KDE line and the fitted normal's density line
+    (μ and σ from :func:`~lightning_episodes.analysis.fit_normal`), with a legend.
+
+    Args:
+        values: 1-d difficulties (at least 2, finite, not all equal).
+        ax: Axes to draw on; a new Figure's Axes when ``None``.
+        label: legend label of the histogram and KDE, e.g. the model's name.
+        bins: histogram bins, as for :func:`numpy.histogram` (default ``"auto"``).
+
+    Returns:
+        The Axes drawn on.
+
+    Raises:
+        ValueError: if ``values`` is not 1-d, has fewer than 2 values, holds NaN/inf or is constant.
+
+    Example::
+
+        >>> ax = plot_density(np.random.default_rng(0).normal(2.0, 0.5, size=500), label="ProtoNet")
+        >>> len(ax.lines), ax.get_xlabel()
+        (2, 'episode difficulty')
+    """
+    array = _non_constant(values)
+    mean, std = fit_normal(array)
+    ax = _new_axes() if ax is None else ax
+    name = "difficulty" if label is None else label
+    ax.hist(array, bins=bins, density=True, alpha=0.35, label=f"{name} (histogram)")
+    grid = np.linspace(array.min() - std, array.max() + std, 256)
+    ax.plot(grid, stats.gaussian_kde(array)(grid), label=f"{name} (KDE)")
+    ax.plot(grid, stats.norm.pdf(grid, mean, std), "k--", label=f"N(μ={mean:.3g}, σ={std:.3g})")
+    ax.set_xlabel("episode difficulty")
+    ax.set_ylabel("density")
+    ax.legend()
+    return ax
+
+
+def plot_qq(values: ArrayLike, ax: Axes | None = None) -> Axes:
+    """Q-Q plot of the difficulties against N(μ, σ²) with their own mean and std (§4.2).
+
+    Both axes are in difficulty units: x holds the fitted normal's quantiles (Filliben's plotting
+    positions, as :func:`scipy.stats.probplot`), y the sorted difficulties, so normal values lie on
+    the dashed identity line y = x and departures show as bends away from it.
+
+    Args:
+        values: 1-d difficulties (at least 2, finite, not all equal).
+        ax: Axes to draw on; a new Figure's Axes when ``None``.
+
+    Returns:
+        The Axes drawn on: a marker line of the points, then the identity line.
+
+    Raises:
+        ValueError: if ``values`` is not 1-d, has fewer than 2 values, holds NaN/inf or is constant.
+
+    Example::
+
+        >>> ax = plot_qq(np.random.default_rng(0).normal(size=200))
+        >>> len(ax.lines)
+        2
+    """
+    array = _non_constant(values)
+    mean, std = fit_normal(array)
+    (theoretical, ordered), _ = stats.probplot(array, sparams=(mean, std), dist="norm")
+    ax = _new_axes() if ax is None else ax
+    ax.plot(theoretical, ordered, "o", markersize=3, alpha=0.7, label="episodes")
+    ends = [min(theoretical[0], ordered[0]), max(theoretical[-1], ordered[-1])]
+    ax.plot(ends, ends, "k--", label="y = x (normal)")
+    ax.set_xlabel(f"quantiles of N(μ={mean:.3g}, σ={std:.3g})")
+    ax.set_ylabel("ordered episode difficulty")
+    ax.legend()
+    return ax
+
+
+def plot_transfer(
+    a: ArrayLike,
+    b: ArrayLike,
+    ax: Axes | None = None,
+    labels: Sequence[str] = ("model A", "model B"),
+) -> Axes:
+    """Scatter of two models' difficulties of the same episodes, least-squares line and ρ (§4.2).
+
+    Args:
+        a: 1-d difficulties under the first model (x axis).
+        b: 1-d difficulties under the second model (y axis), same episodes in the same order.
+        ax: Axes to draw on; a new Figure's Axes when ``None``.
+        labels: names of the two models, used for the axis labels.
+
+    Returns:
+        The Axes drawn on: one scatter collection and one regression line; Spearman's ρ is in the
+        title.
+
+    Raises:
+        ValueError: as :func:`~lightning_episodes.analysis.rank_correlation`, or if ``labels`` does not
+            hold two names.
+
+    Example::
+
+        >>> a = np.random.default_rng(0).normal(size=100)
+        >>> ax = plot_transfer(a, 2 * a + 1, labels=("ProtoNet", "MAML"))
+        >>> ax.get_title()
+        'Spearman ρ = 1.000 (n = 100)'
+    """
+    if isinstance(labels, str) or len(labels) != 2:
+        raise ValueError(f"`labels` must hold two names (x, y), got {labels!r}")
+    x, y = paired_vectors(a, b)
+    rho, _ = rank_correlation(x, y)
+    slope, intercept = np.polyfit(x, y, deg=1)
+    ax = _new_axes() if ax is None else ax
+    ax.scatter(x, y, s=8, alpha=0.5, label="episodes")
+    grid = np.array([x.min(), x.max()])
+    ax.plot(grid, slope * grid + intercept, "k-", label=f"least squares (slope {slope:.3g})")
+    ax.set_xlabel(f"difficulty under {labels[0]}")
+    ax.set_ylabel(f"difficulty under {labels[1]}")
+    ax.set_title(f"Spearman ρ = {rho:.3f} (n = {x.size})")
+    ax.legend()
+    return ax
+
+
+def plot_trajectories(
+    steps: ArrayLike,
+    scores: ArrayLike,
+    easy_idx: ArrayLike,
+    hard_idx: ArrayLike,
+    ax: Axes | None = None,
+) -> Axes:
+    """Difficulty of the easiest and hardest episodes over training, one line per episode (§4.2).
+
+    Args:
+        steps: 1-d training step of each checkpoint (x axis).
+        scores: ``[checkpoints, episodes]`` difficulties.
+        easy_idx: columns of the easy episodes (drawn in blue), e.g. from
+            :func:`~lightning_episodes.analysis.extreme_episodes`.
+        hard_idx: columns of the hard episodes (drawn in red).
+        ax: Axes to draw on; a new Figure's Axes when ``None``.
+
+    Returns:
+        The Axes drawn on: ``len(easy_idx)`` easy lines, then ``len(hard_idx)`` hard lines, and a
+        legend with one entry per group.
+
+    Raises:
+        ValueError: if ``scores`` is not a finite 2-d array, ``steps`` does not have one entry per
+            checkpoint, or an index set is empty, repeated or out of range.
+
+    Example::
+
+        >>> scores = np.array([[2.0, 1.0, 3.0], [1.5, 0.5, 2.5]])
+        >>> ax = plot_trajectories([0, 100], scores, easy_idx=[1], hard_idx=[0, 2])
+        >>> len(ax.lines), [t.get_text() for t in ax.get_legend().get_texts()]
+        (3, ['easiest 1', 'hardest 2'])
+    """
+    matrix = as_matrix(scores, "scores")
+    x = as_vector(steps, "steps")
+    if x.size != matrix.shape[0]:
+        raise ValueError(f"`steps` has {x.size} entries but `scores` has {matrix.shape[0]} checkpoints")
+    easy = as_indices(easy_idx, "easy_idx", matrix.shape[1])
+    hard = as_indices(hard_idx, "hard_idx", matrix.shape[1])
+    ax = _new_axes() if ax is None else ax
+    for group, color, name in ((easy, EASY_COLOR, "easiest"), (hard, HARD_COLOR, "hardest")):
+        for k, column in enumerate(group):
+            label = f"{name} {group.size}" if k == 0 else "_nolegend_"
+            ax.plot(x, matrix[:, column], color=color, alpha=0.6, linewidth=1.0, label=label)
+    ax.set_xlabel("training step")
+    ax.set_ylabel("episode difficulty")
+    ax.legend()
+    return ax
+
+
+def _non_constant(values: ArrayLike) -> np.ndarray:
+    array = as_vector(values, "values", min_size=2)
+    if np.ptp(array) == 0.0:
+        raise ValueError("`values` is constant: there is no spread to compare with a normal")
+    return array
