@@ -1,0 +1,219 @@
+"""Effective sample size and the ESS-normalised weighted loss (Arnold et al., NeurIPS 2021, Eq. 3).
+
+Algorithm 1 of the paper trains on ``sum_j w_j L_j / ESS`` with ``ESS = (sum_j w_j)^2 / sum_j w_j^2``;
+``normalization="self"`` gives the self-normalised estimate ``sum_j w_j L_j / sum_j w_j`` instead. Both
+reduce to the plain mean of the losses when every weight is 1.
+
+Under data parallelism each of ``W`` processes holds a slice of the global batch. The statistics
+(``sum w``, ``sum w^2``, counts) are summed over processes and each process returns
+``W sum_local w L / ESS_global``; averaging the gradients over processes, as DDP does, then gives
+exactly the single-process gradient.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Final, NamedTuple
+
+import torch
+from torch import Tensor
+
+__all__ = [
+    "NORMALIZATIONS",
+    "WeightedLoss",
+    "effective_sample_size",
+    "ess_weighted_loss",
+    "weighted_loss",
+]
+
+#: Accepted values of ``normalization``.
+NORMALIZATIONS: Final[tuple[str, ...]] = ("ess", "self")
+
+
+def _stat_dtype(device: torch.device) -> torch.dtype:
+    # MPS has no float64; everywhere else the statistics are summed in float64.
+    return torch.float32 if device.type == "mps" else torch.float64
+
+
+def _clean_weights(weights: Tensor, dtype: torch.dtype) -> Tensor:
+    w = weights.detach().to(dtype)
+    return torch.where(torch.isfinite(w) & (w > 0), w, torch.zeros_like(w))
+
+
+def effective_sample_size(weights: Tensor) -> Tensor:
+    """Kish's effective sample size ``ESS = (sum w)^2 / sum w^2`` of importance weights.
+
+    Args:
+        weights: importance weights, any shape; non-finite or negative entries count as 0.
+
+    Returns:
+        A 0-d tensor in ``[0, weights.numel()]`` (0 when ``sum w = 0``), in the floating dtype of
+        ``weights`` (the default dtype for integer input), detached.
+
+    Example::
+
+        >>> effective_sample_size(torch.tensor([1.0, 1.0, 1.0, 1.0])).item()
+        4.0
+        >>> round(effective_sample_size(torch.tensor([2.0, 1.0, 1.0, 0.0])).item(), 6)  # 4^2 / 6
+        2.666667
+    """
+    out_dtype = weights.dtype if weights.is_floating_point() else torch.get_default_dtype()
+    w = _clean_weights(weights, _stat_dtype(weights.device))
+    # Scaling by the largest weight keeps the squares finite for any finite weights.
+    scale = w.max() if w.numel() else w.new_zeros(())
+    w = w / torch.where(scale > 0, scale, torch.ones_like(scale))
+    s1, s2 = w.sum(), (w * w).sum()
+    ess = torch.where(s2 > 0, s1 * s1 / torch.where(s2 > 0, s2, torch.ones_like(s2)), torch.zeros_like(s1))
+    return ess.clamp(0.0, float(weights.numel())).to(out_dtype)
+
+
+class WeightedLoss(NamedTuple):
+    """What :func:`weighted_loss` returns; every tensor but ``loss`` is detached.
+
+    Attributes:
+        loss: this process's loss to back-propagate (in the dtype of the losses).
+        ess: global effective sample size ``(sum w)^2 / sum w^2`` (0 when skipped).
+        sum_weights: global ``sum w`` over the episodes with a finite loss.
+        sum_squared_weights: global ``sum w^2``.
+        batch_size: ``|B|``, the global number of episodes (non-finite ones included).
+        batch_over_ess: ``|B| / ESS``, the factor by which the ESS normalisation scales the plain
+            importance-sampling estimate up (logged each step; 0 when the step is skipped).
+        skipped: ``True`` when ``sum w = 0``: the loss is ``0 * sum L`` (zero gradient).
+        nonfinite: global number of episodes whose loss was not finite (given weight 0).
+    """
+
+    loss: Tensor
+    ess: Tensor
+    sum_weights: Tensor
+    sum_squared_weights: Tensor
+    batch_size: Tensor
+    batch_over_ess: Tensor
+    skipped: bool
+    nonfinite: int
+
+
+def _check_inputs(losses: Tensor, weights: Tensor, normalization: str, world_size: int) -> None:
+    if normalization not in NORMALIZATIONS:
+        raise ValueError(f"normalization must be one of {list(NORMALIZATIONS)}, got {normalization!r}")
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+        raise ValueError(f"world_size must be an integer >= 1, got {world_size!r}")
+    if losses.shape != weights.shape:
+        raise ValueError(f"weights must have the shape of losses, got {tuple(weights.shape)} and {tuple(losses.shape)}")
+
+
+def _weighted_loss(
+    losses: Tensor,
+    weights: Tensor,
+    normalization: str,
+    reduce: Callable[[Tensor], Tensor] | None,
+    world_size: int,
+) -> tuple[Tensor, Tensor]:
+    """Returns the loss and the reduced statistics ``[sum w, sum w^2, |B|, non-finite, ESS]``."""
+    _check_inputs(losses, weights, normalization, world_size)
+    dtype = _stat_dtype(losses.device)
+    finite = torch.isfinite(losses.detach())
+    w = _clean_weights(weights.to(losses.device), dtype)
+    w = torch.where(finite, w, torch.zeros_like(w))
+    # Mask before the product: 0 * inf is NaN.
+    masked = torch.where(finite, losses, torch.zeros_like(losses)).to(dtype)
+    local = torch.stack(
+        [
+            w.sum(),
+            (w * w).sum(),
+            torch.tensor(float(losses.numel()), dtype=dtype, device=losses.device),
+            (~finite).sum().to(dtype),
+        ]
+    )
+    stats = local if reduce is None else reduce(local).to(device=losses.device, dtype=dtype)
+    s1, s2 = stats[0], stats[1]
+    ok = (s1 > 0) & (s2 > 0) & torch.isfinite(s1) & torch.isfinite(s2)
+    one = torch.ones_like(s1)
+    # s1 * (s1 / s2) rather than s1^2 / s2: no overflow; Cauchy-Schwarz bounds it by |B| (rounding aside).
+    ess = torch.where(ok, s1 * (s1 / torch.where(ok, s2, one)), torch.zeros_like(s1)).clamp(max=stats[2])
+    ok = ok & (ess > 0) & torch.isfinite(ess)
+    denominator = torch.where(ok, ess if normalization == "ess" else s1, one)
+    weighted = (w * masked).sum() * (world_size / denominator)
+    loss = torch.where(ok, weighted, 0.0 * masked.sum())
+    stats = torch.cat([stats, torch.where(ok, ess, torch.zeros_like(ess)).unsqueeze(0)])
+    return loss.to(losses.dtype), stats.detach()
+
+
+def weighted_loss(
+    losses: Tensor,
+    weights: Tensor,
+    normalization: str = "ess",
+    reduce: Callable[[Tensor], Tensor] | None = None,
+    world_size: int = 1,
+) -> WeightedLoss:
+    """The weighted loss of a (slice of a) batch of episodes, with its statistics (Algorithm 1, Eq. 3).
+
+    With ``normalization="ess"`` the loss is ``W sum_local w L / ESS_global``; with ``"self"`` it is
+    ``W sum_local w L / sum_global w``. Weights are detached (no gradient flows through them).
+    Episodes whose loss is not finite get weight 0 and their loss is masked to 0 before the product.
+    When the global ``sum w`` is 0 the loss is ``0 * sum L`` (graph connected, zero gradient) and the
+    step is reported as skipped.
+
+    Args:
+        losses: per-episode losses of this process, shape ``[B_local]`` (any shape matching
+            ``weights``).
+        weights: importance weights of the same shape (finite, >= 0; others count as 0).
+        normalization: ``"ess"`` (default, the paper's) or ``"self"``.
+        reduce: sums a float64 tensor over processes (e.g.
+            ``lambda t: trainer.strategy.reduce(t, reduce_op="sum")``); called exactly once, on
+            every process. ``None``: a single process.
+        world_size: ``W``, the number of processes that share the global batch.
+
+    Returns:
+        A :class:`WeightedLoss`. Reading ``skipped``/``nonfinite`` synchronises with the device once.
+
+    Raises:
+        ValueError: if ``normalization`` is unknown, ``world_size`` is not an integer >= 1, or the
+            shapes differ.
+
+    Example::
+
+        >>> out = weighted_loss(torch.tensor([1.0, 2.0, 3.0]), torch.tensor([1.0, 1.0, 2.0]))
+        >>> round(out.ess.item(), 4), round(out.loss.item(), 4)  # ESS = 16 / 6; loss = 9 / ESS
+        (2.6667, 3.375)
+    """
+    loss, stats = _weighted_loss(losses, weights, normalization, reduce, world_size)
+    s1, s2, size, nonfinite, ess = stats.unbind()
+    positive, count = torch.stack([(ess > 0).to(ess.dtype), nonfinite]).tolist()  # one device sync
+    batch_over_ess = torch.where(ess > 0, size / torch.where(ess > 0, ess, torch.ones_like(ess)), 0.0 * ess)
+    return WeightedLoss(
+        loss=loss,
+        ess=ess,
+        sum_weights=s1,
+        sum_squared_weights=s2,
+        batch_size=size,
+        batch_over_ess=batch_over_ess,
+        skipped=not positive,
+        nonfinite=int(count),
+    )
+
+
+def ess_weighted_loss(losses: Tensor, weights: Tensor, normalization: str = "ess") -> Tensor:
+    """``sum w L / ESS`` (or ``sum w L / sum w``) of one process's batch, without device sync.
+
+    The single-process case of :func:`weighted_loss`; see there for the degenerate cases.
+
+    Args:
+        losses: per-episode losses, shape ``[B]``.
+        weights: importance weights of the same shape (detached inside).
+        normalization: ``"ess"`` (default, Eq. 3) or ``"self"``.
+
+    Returns:
+        The scalar loss, in the dtype of ``losses``.
+
+    Raises:
+        ValueError: if ``normalization`` is unknown or the shapes differ.
+
+    Example::
+
+        >>> losses = torch.tensor([1.0, 2.0, 3.0, 6.0])
+        >>> ess_weighted_loss(losses, torch.ones(4)).item()  # w = 1: the plain mean
+        3.0
+        >>> ess_weighted_loss(losses, torch.tensor([1.0, 1.0, 2.0, 0.0]), normalization="self").item()
+        2.25
+    """
+    return _weighted_loss(losses, weights, normalization, None, 1)[0]
