@@ -1,0 +1,143 @@
+"""Conv4 and ResNet-12: per-episode batch norm, evaluation modes, functional and second-order use."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterator
+
+import pytest
+import torch
+from torch import nn
+from torch.func import functional_call
+
+from lightning_episodes.models import Conv4, ResNet12, resnet12_wide, set_eval_batch_norm
+
+EPISODES, IMAGES, SIZE = 3, 4, 16
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread() -> Iterator[None]:
+    # These tensors are tiny: a second OpenMP thread only adds synchronisation, badly so on a busy machine.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+BACKBONES: dict[str, Callable[[], nn.Module]] = {
+    "conv4": lambda: Conv4(in_channels=3, hidden=8),
+    "resnet12": lambda: ResNet12(in_channels=3, widths=(4, 8, 8, 16)),
+    "resnet12-flat": lambda: ResNet12(in_channels=3, widths=(4, 8, 8, 16), avg_pool=False),
+    # DropBlock and dropout off: the comparison needs a deterministic forward.
+    "resnet12-wide": lambda: resnet12_wide(in_channels=3, widths=(4, 8, 8, 16), drop_rate=0.0),
+}
+
+
+def _images(seed: int = 0) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    shift = torch.arange(EPISODES, dtype=torch.float32).view(-1, 1, 1, 1, 1)
+    return torch.randn(EPISODES, IMAGES, 3, SIZE, SIZE, generator=generator) * (1 + shift) + shift
+
+
+def _assert_same_state(ours: nn.Module, reference: nn.Module) -> None:
+    for key, value in reference.state_dict().items():
+        torch.testing.assert_close(ours.state_dict()[key], value, rtol=0, atol=1e-6, msg=key)
+
+
+@pytest.mark.parametrize("name", BACKBONES)
+def test_training_equals_episodes_one_by_one(name: str) -> None:
+    torch.manual_seed(0)
+    batched = BACKBONES[name]().train()
+    one_by_one = copy.deepcopy(batched)
+    x = _images()
+    features = batched(x)
+    assert features.shape[:2] == (EPISODES, IMAGES)
+    assert features.dim() == 3
+    expected = torch.stack([one_by_one(episode) for episode in x])
+    torch.testing.assert_close(features, expected, rtol=0, atol=1e-5)
+    _assert_same_state(batched, one_by_one)
+
+
+@pytest.mark.parametrize("name", BACKBONES)
+def test_evaluation_changes_no_state(name: str) -> None:
+    torch.manual_seed(0)
+    model = BACKBONES[name]()
+    model.train()(_images(1))  # move the running statistics away from their initial values
+    model.eval()
+    before = copy.deepcopy(model.state_dict())
+    running = model(_images())
+    set_eval_batch_norm(model, "episode")
+    episode = model(_images())
+    for key, value in before.items():
+        assert torch.equal(model.state_dict()[key], value), key
+    # "episode" statistics are the training-mode ones; "running" ones differ.
+    expected = copy.deepcopy(model).train()(_images())
+    torch.testing.assert_close(episode, expected, rtol=0, atol=1e-5)
+    assert not torch.allclose(running, episode, atol=1e-3)
+
+
+def test_without_running_stats_eval_equals_training() -> None:
+    model = Conv4(hidden=8, track_running_stats=False)
+    assert not any(name.startswith("running") for name, _ in model.named_buffers())
+    x = _images()
+    torch.testing.assert_close(model.eval()(x), model.train()(x), rtol=0, atol=0)
+
+
+def test_single_episode_input() -> None:
+    model = BACKBONES["resnet12"]()
+    x = _images()
+    torch.testing.assert_close(model(x[1]), model(x[1:2])[0], rtol=0, atol=1e-6)
+    with pytest.raises(ValueError, match=r"\[B, N, C, H, W\]"):
+        model(x[0, 0, 0])
+
+
+def test_channels_last_and_bfloat16_autocast() -> None:
+    torch.manual_seed(0)
+    model = BACKBONES["resnet12"]()
+    x = _images()
+    expected = copy.deepcopy(model)(x)
+    last = x.flatten(0, 1).contiguous(memory_format=torch.channels_last).unflatten(0, (EPISODES, IMAGES))
+    out = copy.deepcopy(model).to(memory_format=torch.channels_last)(last)
+    torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-4)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        low = model(x)
+    assert low.dtype == torch.bfloat16
+    assert torch.isfinite(low).all()
+    assert (low.float() - expected).abs().mean() < 0.1 * expected.abs().mean()
+
+
+def _maml_loss(model: nn.Module, params: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+    """One inner SGD step on the support images, then the query loss (second order, as in MAML)."""
+    support, query = x[:, :2], x[:, 2:]
+
+    def loss(weights: dict[str, torch.Tensor], images: torch.Tensor) -> torch.Tensor:
+        return functional_call(model, weights, (images,)).sin().sum()
+
+    grads = torch.autograd.grad(loss(params, support), list(params.values()), create_graph=True)
+    adapted = {name: p - 0.1 * g for (name, p), g in zip(params.items(), grads, strict=True)}
+    return loss(adapted, query)
+
+
+def test_second_order_maml_gradient_matches_finite_differences() -> None:
+    torch.manual_seed(0)
+    model = Conv4(in_channels=1, hidden=2, layers=2, track_running_stats=False).double()
+    x = torch.randn(2, 4, 1, 4, 4, dtype=torch.float64)
+    names = [name for name, _ in model.named_parameters()]
+
+    def meta_loss(*values: torch.Tensor) -> torch.Tensor:
+        return _maml_loss(model, dict(zip(names, values, strict=True)), x)
+
+    params = tuple(p.detach().clone().requires_grad_() for p in model.parameters())
+    assert torch.autograd.gradcheck(meta_loss, params, fast_mode=True)
+
+
+def test_functional_call_matches_the_module() -> None:
+    torch.manual_seed(0)
+    model = BACKBONES["resnet12-wide"]()
+    twin = copy.deepcopy(model)
+    x = _images()
+    params = {name: p.detach().clone().requires_grad_() for name, p in model.named_parameters()}
+    out = functional_call(model, params, (x,))
+    torch.testing.assert_close(out, twin(x), rtol=0, atol=0)
+    out.sum().backward()
+    assert all(p.grad is not None for p in params.values())
