@@ -1,0 +1,207 @@
+"""Tiny fake datasets written in the exact on-disk formats that the real loaders (and learn2learn) read.
+
+Every class gets its own solid colour, so a test can check that each loaded image still shows the
+colour of the class its label names. Class names are the real ones wherever a loader selects classes
+by name (learn2learn's Meta-Dataset split lists, CUB's ImageNet-duplicate list).
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import scipy.io
+from PIL import Image
+
+#: Colour of images that a loader must leave out (never a class colour, see :func:`class_colour`).
+EXCLUDED = (255, 0, 255)
+RGB = tuple[int, int, int]
+
+
+@dataclass
+class Fabricated:
+    """What a loader must return for a fabricated dataset.
+
+    Args:
+        split_classes: class names per split, in the order the loader must number them.
+        colours: class name → the solid colour of its images.
+        counts: class name → how many of its images the loader must keep.
+        groups: class name → group, for datasets with groups.
+        excluded: images written that the loader must leave out.
+    """
+
+    split_classes: dict[str, list[str]]
+    colours: dict[str, RGB] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)
+    groups: dict[str, str] | None = None
+    excluded: int = 0
+
+    def add(self, name: str, count: int) -> RGB:
+        self.colours[name] = class_colour(len(self.colours))
+        self.counts[name] = count
+        return self.colours[name]
+
+
+def class_colour(k: int) -> RGB:
+    """A colour per class index, channels 16 apart (robust to JPEG), distinct for 4,096 classes."""
+    return (k % 16 * 16 + 8, k // 16 % 16 * 16 + 8, k // 256 % 16 * 16 + 8)
+
+
+def solid(colour: RGB, size: tuple[int, int] = (21, 15)) -> Image.Image:
+    """A solid-colour RGB image of ``size`` = (width, height)."""
+    return Image.new("RGB", size, colour)
+
+
+def write_mini_imagenet(root: Path, per_class: int = 2, classes: dict[str, int] | None = None) -> Fabricated:
+    """``mini-imagenet-cache-{split}.pkl``: ``image_data`` uint8 [N, 84, 84, 3] and ``class_dict``."""
+    classes = classes or {"train": 64, "validation": 16, "test": 20}
+    offsets = np.cumsum([0, *classes.values()]).tolist()
+    fab = Fabricated(
+        {s: [f"n{o + i:08d}" for i in range(k)] for (s, k), o in zip(classes.items(), offsets[:-1], strict=True)}
+    )
+    rng = np.random.default_rng(0)
+    root.mkdir(parents=True, exist_ok=True)
+    for split, names in fab.split_classes.items():
+        rows = rng.permutation(len(names) * per_class)  # a class's rows are scattered, as listed in class_dict
+        image_data = np.zeros((len(rows), 84, 84, 3), dtype=np.uint8)
+        class_dict = {}
+        for c, name in enumerate(names):
+            mine = sorted(rows[c * per_class : (c + 1) * per_class].tolist())
+            image_data[mine] = fab.add(name, per_class)
+            class_dict[name] = mine
+        with open(root / f"mini-imagenet-cache-{split}.pkl", "wb") as file:
+            pickle.dump({"image_data": image_data, "class_dict": class_dict}, file)
+    return fab
+
+
+def write_tiered_imagenet(root: Path, per_class: int = 2, as_released: bool = False) -> Fabricated:
+    """``tiered-imagenet/{train,val,test}_{images_png,labels}.pkl`` as in Ren et al. (2018).
+
+    With ``as_released``, ``label_general`` is numbered the way the released files' generator did it
+    (the count of categories seen before the class: few-shot-ssl-public issue #8), so it is corrupt.
+    """
+    layout = {"train": (351, 20, "train"), "validation": (97, 6, "val"), "test": (160, 8, "test")}
+    fab = Fabricated({}, groups=None if as_released else {})
+    folder = root / "tiered-imagenet"
+    folder.mkdir(parents=True)
+    for s, (split, (num_classes, num_categories, short)) in enumerate(layout.items()):
+        names = [f"n{len(fab.colours) + c:08d}" for c in range(num_classes)]
+        categories = [f"n{90000000 + 100 * s + g:08d}" for g in range(num_categories)]
+        fab.split_classes[split] = names
+        pngs = []
+        for name in names:
+            encoded = io.BytesIO()
+            solid(fab.add(name, per_class), (84, 84)).save(encoded, format="PNG")
+            pngs.append(np.frombuffer(encoded.getvalue(), dtype=np.uint8))  # cv2.imencode's output type
+        specific = np.arange(num_classes * per_class) % num_classes  # images of a class interleaved
+        category = np.arange(num_classes) % num_categories  # class c is in category c % num_categories
+        released = np.minimum(np.arange(num_classes), num_categories)  # categories seen before class c
+        general = (released if as_released else category)[specific]
+        if fab.groups is not None:
+            fab.groups.update({name: categories[c] for name, c in zip(names, category.tolist(), strict=True)})
+        labels = {  # int32 arrays and str lists, as Ren et al.'s generator saved them
+            "label_specific": specific.astype(np.int32),
+            "label_general": general.astype(np.int32),
+            "label_specific_str": names,
+            "label_general_str": categories,
+        }
+        with open(folder / f"{short}_images_png.pkl", "wb") as file:
+            pickle.dump([pngs[c] for c in specific], file)
+        with open(folder / f"{short}_labels.pkl", "wb") as file:
+            pickle.dump(labels, file)
+    return fab
+
+
+def write_cub200(root: Path, per_class: int = 2) -> Fabricated:
+    """``cubirds200/CUB_200_2011/images/<class>/<image>.jpg`` plus CUB's 43 ImageNet duplicates."""
+    from learn2learn.vision.datasets.cu_birds200 import IMAGENET_DUPLICATES, SPLITS
+
+    fab = Fabricated({s: list(SPLITS[s]) for s in ("train", "validation", "test")})
+    images = root / "cubirds200" / "CUB_200_2011" / "images"
+    folders = {}
+    for names in fab.split_classes.values():
+        for name in names:
+            species = name.split(".", 1)[1]
+            folders[species.lower()] = images / name
+            _write_jpegs(
+                images / name,
+                fab.add(name, per_class),
+                [f"{species}_{j:04d}_{j}.jpg" for j in range(per_class)],
+            )
+    for duplicate in IMAGENET_DUPLICATES["all"]:
+        solid(EXCLUDED).save(folders[duplicate.rsplit("_", 2)[0].lower()] / duplicate, quality=95)
+        fab.excluded += 1
+    return fab
+
+
+def write_dtd(root: Path, per_class: int = 2) -> Fabricated:
+    """``describable_textures/dtd/images/<class>/<class>_NNNN.jpg`` (and a KDE ``.directory`` file)."""
+    from learn2learn.vision.datasets.describable_textures import SPLITS
+
+    fab = Fabricated({s: list(SPLITS[s]) for s in ("train", "validation", "test")})
+    images = root / "describable_textures" / "dtd" / "images"
+    for names in fab.split_classes.values():
+        for name in names:
+            _write_jpegs(images / name, fab.add(name, per_class), [f"{name}_{j + 1:04d}.jpg" for j in range(per_class)])
+    (images / fab.split_classes["train"][0] / ".directory").write_text("[Dolphin]\nTimestamp=2013,1,1\n")
+    return fab
+
+
+def write_fgvc_aircraft(root: Path, per_class: int = 2, labels_pickle: bool = True) -> Fabricated:
+    """``fgvc_aircraft/fgvc-aircraft-2013b/data/``: images, variant lists and learn2learn's ``labels.pkl``."""
+    from learn2learn.vision.datasets.fgvc_aircraft import SPLITS
+
+    fab = Fabricated({s: list(SPLITS[k]) for s, k in (("train", "train"), ("validation", "valid"), ("test", "test"))})
+    data = root / "fgvc_aircraft" / "fgvc-aircraft-2013b" / "data"
+    families: dict[str, list[str]] = {"train": [], "val": [], "test": []}
+    for names in fab.split_classes.values():
+        for name in names:
+            ids = [f"{1000000 + len(fab.colours) * per_class + j:07d}" for j in range(per_class)]
+            _write_jpegs(data / "images", fab.add(name, per_class), [f"{i}.jpg" for i in ids])
+            for image in ids:  # the archive's own partition is unrelated to Meta-Dataset's
+                families[("train", "val", "test")[int(image) % 3]].append(f"{image} {name}")
+    pairs = []
+    for family, lines in families.items():
+        (data / f"images_variant_{family}.txt").write_text("".join(f"{line}\n" for line in lines))
+        pairs += [tuple(line.split(" ", 1)) for line in lines]
+    if labels_pickle:
+        with open(data / "labels.pkl", "wb") as file:
+            pickle.dump(pairs, file)
+    return fab
+
+
+def write_vgg_flowers(root: Path, per_class: int = 2) -> Fabricated:
+    """``vgg_flower102/jpg/image_NNNNN.jpg`` and ``imagelabels.mat`` (labels 1..102 as doubles)."""
+    from learn2learn.vision.datasets.vgg_flowers import SPLITS
+
+    fab = Fabricated({s: [f"{label:03d}" for label in SPLITS[s]] for s in ("train", "validation", "test")})
+    for names in fab.split_classes.values():
+        for name in names:
+            fab.add(name, per_class)
+    labels = np.arange(102 * per_class) % 102 + 1  # image n shows label (n - 1) % 102 + 1
+    folder = root / "vgg_flower102"
+    for n, label in enumerate(labels, start=1):
+        _write_jpegs(folder / "jpg", fab.colours[f"{label:03d}"], [f"image_{n:05d}.jpg"])
+    scipy.io.savemat(folder / "imagelabels.mat", {"labels": labels[None].astype(np.float64)})
+    return fab
+
+
+def _write_jpegs(folder: Path, colour: RGB, names: list[str]) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    for j, name in enumerate(names):
+        solid(colour, (21 + j, 15)).save(folder / name, quality=95)
+
+
+#: Dataset name → writer, for parametrised tests.
+WRITERS: dict[str, Callable[[Path], Fabricated]] = {
+    "mini-imagenet": write_mini_imagenet,
+    "tiered-imagenet": write_tiered_imagenet,
+    "cub200": write_cub200,
+    "dtd": write_dtd,
+    "fgvc-aircraft": write_fgvc_aircraft,
+    "vgg-flowers": write_vgg_flowers,
+}
