@@ -1,0 +1,25 @@
+"""Episodes, the vectorised sampler, datasets and the episodic data module."""
+
+from lightning_episodes.data.assembly import EpisodeAssembler
+from lightning_episodes.data.augment import RandomShiftFlip
+from lightning_episodes.data.datamodule import EpisodicDataModule
+from lightning_episodes.data.datasets import ImageDataset, available_datasets, load_dataset, register_dataset
+from lightning_episodes.data.episode import Episode, EpisodeIdentity
+from lightning_episodes.data.sampler import EpisodeSampler, mix_seed
+from lightning_episodes.data.streams import EvaluationEpisodes, TrainingEpisodes
+
+__all__ = [
+    "Episode",
+    "EpisodeAssembler",
+    "EpisodeIdentity",
+    "EpisodeSampler",
+    "EpisodicDataModule",
+    "EvaluationEpisodes",
+    "ImageDataset",
+    "RandomShiftFlip",
+    "TrainingEpisodes",
+    "available_datasets",
+    "load_dataset",
+    "mix_seed",
+    "register_dataset",
+]

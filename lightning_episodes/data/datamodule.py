@@ -1,0 +1,255 @@
+"""EpisodicDataModule: reproducible episode streams over any registered dataset."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import pytorch_lightning as pl
+import torch
+from torch.utils.data import DataLoader
+from typing_extensions import override
+
+from lightning_episodes.data.assembly import EpisodeAssembler
+from lightning_episodes.data.augment import RandomShiftFlip
+from lightning_episodes.data.datasets import ImageDataset, load_dataset
+from lightning_episodes.data.episode import Episode, EpisodeIdentity
+from lightning_episodes.data.sampler import EpisodeSampler
+from lightning_episodes.data.streams import EvaluationEpisodes, TrainingEpisodes
+
+
+def _positive(**values: int | None) -> None:
+    for name, value in values.items():
+        if value is not None and value < 1:
+            raise ValueError(f"data.{name} must be >= 1, got {value}")
+
+
+class EpisodicDataModule(pl.LightningDataModule):
+    """Batches of few-shot episodes: a step-indexed training stream and fixed evaluation sets.
+
+    Episode ``j`` of global step ``s`` is a pure function of ``(seed, s, j)``; ``episodes_per_batch`` is the
+    *global* batch and each DDP rank takes its slice, so training sees the same episodes on any number of
+    devices and workers, and a resumed run continues the same stream. Validation and test episodes are
+    fixed sets derived from ``seed``: the same episodes for every model and sampling scheme.
+
+    Args:
+        dataset: registered dataset name (``glyphs`` ships with the library; see ``available_datasets()``).
+        root: dataset folder or cache folder (``None``: the dataset's default).
+        ways: classes per training episode.
+        shots: support samples per class in training.
+        queries: query samples per class in training (15 is the field's convention).
+        eval_ways: classes per validation/test episode (default: ``ways``).
+        eval_shots: support samples per class in evaluation (default: ``shots``).
+        eval_queries: query samples per class in evaluation (default: ``queries``).
+        episodes_per_batch: episodes per training step over all devices (must divide by the device count).
+        eval_episodes_per_batch: episodes per evaluation batch on each device (default: ``episodes_per_batch``).
+        train_episodes_per_epoch: episodes per training epoch; ``None``: one endless epoch driven by
+            ``trainer.max_steps``.
+        val_episodes: size of the fixed validation set.
+        test_episodes: size of the fixed test set.
+        test_split: the split that ``test`` evaluates (``validation`` or ``train`` for analyses).
+        image_size: image height and width in pixels (images are resized; 84 for the ImageNet-derived sets).
+        channels: image channels (1 for ``glyphs``, 3 for natural images).
+        augment: random shifts of the training images (no augmentation by default, as in the paper).
+        device_cache: keep the whole uint8 dataset on the accelerator and assemble episodes there.
+        num_workers: dataloader worker processes (0 assembles in the main process, usually fastest).
+        seed: the data seed; it fixes every training, validation and test episode.
+        download: let loaders of downloadable datasets fetch missing files.
+
+    Raises:
+        ValueError: for non-positive sizes (at construction) and, at setup, for requests the dataset cannot
+            satisfy (more ways than classes, shots + queries above the smallest class) or a batch that does
+            not divide by the number of devices.
+    """
+
+    def __init__(
+        self,
+        dataset: str = "glyphs",
+        root: str | None = None,
+        ways: int = 5,
+        shots: int = 5,
+        queries: int = 15,
+        eval_ways: int | None = None,
+        eval_shots: int | None = None,
+        eval_queries: int | None = None,
+        episodes_per_batch: int = 16,
+        eval_episodes_per_batch: int | None = None,
+        train_episodes_per_epoch: int | None = None,
+        val_episodes: int = 1000,
+        test_episodes: int = 1000,
+        test_split: Literal["test", "validation", "train"] = "test",
+        image_size: int = 28,
+        channels: int = 1,
+        augment: bool = False,
+        device_cache: bool = False,
+        num_workers: int = 0,
+        seed: int = 0,
+        download: bool = False,
+    ) -> None:
+        super().__init__()
+        _positive(
+            ways=ways,
+            shots=shots,
+            queries=queries,
+            eval_ways=eval_ways,
+            eval_shots=eval_shots,
+            eval_queries=eval_queries,
+            episodes_per_batch=episodes_per_batch,
+            eval_episodes_per_batch=eval_episodes_per_batch,
+            val_episodes=val_episodes,
+            test_episodes=test_episodes,
+            image_size=image_size,
+            channels=channels,
+        )
+        if train_episodes_per_epoch is not None and train_episodes_per_epoch < episodes_per_batch:
+            raise ValueError(
+                f"data.train_episodes_per_epoch={train_episodes_per_epoch} must be >= "
+                f"data.episodes_per_batch={episodes_per_batch}"
+            )
+        if num_workers < 0:
+            raise ValueError(f"data.num_workers must be >= 0, got {num_workers}")
+        self.save_hyperparameters()
+        self.dataset_name, self.root, self.seed = dataset, root, seed
+        self.ways, self.shots, self.queries = ways, shots, queries
+        self.eval_ways = eval_ways or ways
+        self.eval_shots = eval_shots or shots
+        self.eval_queries = eval_queries or queries
+        self.episodes_per_batch = episodes_per_batch
+        self.eval_episodes_per_batch = eval_episodes_per_batch or episodes_per_batch
+        self.train_episodes_per_epoch = train_episodes_per_epoch
+        self.val_episodes, self.test_episodes, self.test_split = val_episodes, test_episodes, test_split
+        self.image_size, self.channels = image_size, channels
+        self.augment, self.device_cache, self.num_workers = augment, device_cache, num_workers
+        self.download = download
+        self.data: ImageDataset | None = None
+        self.assembler: EpisodeAssembler | None = None
+        self.samplers: dict[str, EpisodeSampler] = {}
+
+    # -- set-up ---------------------------------------------------------------------------------------------
+    def _load(self) -> ImageDataset:
+        options: dict[str, Any] = {"download": True} if self.download else {}
+        return load_dataset(self.dataset_name, self.root, self.image_size, self.channels, **options)
+
+    @override
+    def prepare_data(self) -> None:
+        # generate/convert the on-disk cache once (rank 0) before every rank loads it in setup; rank 0
+        # keeps what it loaded rather than reading it twice
+        self.data = self._load()
+
+    @override
+    def setup(self, stage: str | None = None) -> None:
+        if self.data is None:
+            self.data = self._load()
+        if self.assembler is None:
+            augment = RandomShiftFlip(self.seed) if self.augment else None
+            self.assembler = EpisodeAssembler(self.data.images, self.data.mean, self.data.std, augment)
+        # evaluation episodes use eval_* sizes; the training sampler uses the training sizes
+        sizes = {"train": (self.ways, self.shots, self.queries, "")}
+        eval_sizes = (self.eval_ways, self.eval_shots, self.eval_queries, "eval_")
+        sizes.update({"validation": eval_sizes, "test": eval_sizes})
+        for split, (ways, shots, queries, prefix) in sizes.items():
+            classes = self.data.splits[self.test_split if split == "test" else split]
+            try:
+                self.samplers[split] = EpisodeSampler(self.data.labels, classes, ways, shots, queries, prefix)
+            except ValueError as error:
+                split_name = self.test_split if split == "test" else split
+                raise ValueError(f"data.{error} (dataset {self.dataset_name!r}, split {split_name!r})") from None
+        if self.episodes_per_batch % self.world_size:
+            raise ValueError(
+                f"data.episodes_per_batch={self.episodes_per_batch} must be divisible by the number of "
+                f"devices ({self.world_size}): it is the global batch and every device takes an equal slice"
+            )
+
+    @property
+    def world_size(self) -> int:
+        return self.trainer.world_size if self.trainer is not None else 1
+
+    @property
+    def rank(self) -> int:
+        return self.trainer.global_rank if self.trainer is not None else 0
+
+    # -- loaders --------------------------------------------------------------------------------------------
+    def _loader(self, dataset: TrainingEpisodes | EvaluationEpisodes) -> DataLoader:
+        return DataLoader(
+            dataset,
+            batch_size=None,
+            num_workers=self.num_workers,
+            pin_memory=not self.device_cache and self._on_cuda(),
+            persistent_workers=False,
+        )
+
+    def _on_cuda(self) -> bool:
+        return self.trainer is not None and self.trainer.strategy.root_device.type == "cuda"
+
+    def _cpu_assembler(self) -> EpisodeAssembler | None:
+        # with a device cache, batches travel as indices and are assembled in on_after_batch_transfer
+        return None if self.device_cache else self.assembler
+
+    @override
+    def train_dataloader(self) -> DataLoader:
+        start = self.trainer.global_step if self.trainer is not None else 0
+        steps_per_epoch = None
+        if self.train_episodes_per_epoch is not None:
+            steps_per_epoch = self.train_episodes_per_epoch // self.episodes_per_batch
+            # each epoch's loader must start at the then-current global step
+            if self.trainer is not None:
+                self.trainer.reload_dataloaders_every_n_epochs = 1  # type: ignore[attr-defined]
+        stream = TrainingEpisodes(
+            self.samplers["train"],
+            self.seed,
+            self.episodes_per_batch,
+            self.rank,
+            self.world_size,
+            start,
+            steps_per_epoch,
+            self._cpu_assembler(),
+        )
+        return self._loader(stream)
+
+    def evaluation_episodes(self, stream: Literal["validation", "test"], count: int) -> EvaluationEpisodes:
+        """The fixed ``stream`` set of ``count`` episodes, sliced for this rank."""
+        return EvaluationEpisodes(
+            self.samplers[stream],
+            self.seed,
+            stream,
+            count,
+            self.eval_episodes_per_batch,
+            self.rank,
+            self.world_size,
+            self._cpu_assembler(),
+        )
+
+    @override
+    def val_dataloader(self) -> DataLoader:
+        return self._loader(self.evaluation_episodes("validation", self.val_episodes))
+
+    @override
+    def test_dataloader(self) -> DataLoader:
+        return self._loader(self.evaluation_episodes("test", self.test_episodes))
+
+    @override
+    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        # batches arrive as uint8 images or as bare identities; both become float episodes on the device
+        if not isinstance(batch, EpisodeIdentity | Episode):
+            return batch
+        training, dtype = False, torch.float32
+        if self.trainer is not None:
+            training = self.trainer.training
+            # the model's parameter dtype: float64 under precision="64-true", bf16 under "bf16-true"
+            dtype = self.trainer.lightning_module.dtype
+        return self.assemble(batch, augment=self.augment and training, dtype=dtype)
+
+    def assemble(
+        self, batch: EpisodeIdentity | Episode, augment: bool = False, dtype: torch.dtype = torch.float32
+    ) -> Episode:
+        """Normalised float episodes from identities or uint8 episodes, on the device of ``batch``.
+
+        This is also how an episode is rebuilt from its identity alone, e.g. to re-score it later.
+        """
+        if self.assembler is None:
+            raise RuntimeError("call setup() before assembling episodes")
+        if isinstance(batch, EpisodeIdentity):
+            device = batch.classes.device
+            if self.assembler.images.device != device:
+                self.assembler.to(device)  # device_cache: the uint8 store moves to the accelerator once
+            batch = self.assembler.gather(batch)
+        return self.assembler.normalize(batch, augment=augment, dtype=dtype)

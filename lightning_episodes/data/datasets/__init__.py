@@ -1,0 +1,22 @@
+"""Datasets: each module registers a loader that returns an :class:`ImageDataset`."""
+
+from lightning_episodes.data.datasets.base import (
+    SPLITS,
+    ImageDataset,
+    available_datasets,
+    load_dataset,
+    register_dataset,
+)
+
+# importing a dataset module registers its loader (learn2learn itself is imported only to build a cache)
+from lightning_episodes.data.datasets import (  # noqa: E402, F401
+    cub200,
+    dtd,
+    fgvc_aircraft,
+    glyphs,
+    mini_imagenet,
+    tiered_imagenet,
+    vgg_flowers,
+)
+
+__all__ = ["SPLITS", "ImageDataset", "available_datasets", "load_dataset", "register_dataset"]

@@ -1,0 +1,219 @@
+"""Vectorised, counter-based episode sampling.
+
+Episode ``j`` of stream position ``step`` is a pure function of ``(seed, stream, step, j)``: its random
+numbers come from a ``torch.Generator`` seeded with ``mix_seed(seed, stream, step, j)`` (never the global
+RNG), so the global batch is the same for any number of devices or dataloader workers and a resumed run
+continues the identical stream. Each episode takes one block of float64 uniforms; everything after that
+is vectorised over the batch, with no Python loop over classes or samples.
+
+An ordered choice of ``k`` of ``n`` items without replacement is drawn in one of two exact ways,
+whichever is cheaper for ``(k, n)`` (:func:`oversample`):
+
+* *first distinct draws*: ``m`` i.i.d. uniform draws from ``0..n-1``, keeping the first ``k`` distinct
+  values in order. Each new distinct value is uniform over the values not chosen yet, so this is exactly
+  an ordered sample without replacement, from ``m ≈ k`` numbers instead of ``n``. ``m`` is chosen so that
+  fewer than ``k`` distinct values is rarer than ``1e-6``; such rows are redrawn with random keys.
+* *random keys*: the positions of the ``k`` smallest of ``n`` uniform keys (for ``k`` close to ``n``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+from lightning_episodes.data.episode import EpisodeIdentity
+
+_MASK64 = (1 << 64) - 1
+
+#: Stream ids mixed into the seed, so training, validation, test and offline-scoring episodes never
+#: coincide (id 3 seeds augmentation).
+STREAMS = {"train": 0, "validation": 1, "test": 2, "offline": 4}
+
+#: Largest accepted probability that ``m`` draws hold fewer than ``k`` distinct values (such rows are
+#: redrawn exactly, so this only trades the size of ``m`` against how often the slow path runs).
+_TOLERANCE = 1e-6
+
+# salts of the fallback generators of an episode (classes, then class position c at _SAMPLES_SALT + c)
+_CLASSES_SALT, _SAMPLES_SALT = 1, 2
+
+
+def _splitmix64(x: int) -> int:
+    x = (x + 0x9E3779B97F4A7C15) & _MASK64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return x ^ (x >> 31)
+
+
+def _mix(h: int, *parts: int) -> int:
+    for part in parts:
+        h = _splitmix64(h ^ (part & _MASK64))
+    return h
+
+
+def mix_seed(*parts: int) -> int:
+    """A 63-bit seed that depends on every part (stable across processes and Python versions)."""
+    return _mix(0, *parts) >> 1
+
+
+def oversample(k: int, n: int) -> int | None:
+    """Draws ``m`` that hold ``k`` distinct values of ``0..n-1`` with probability ``>= 1 - 1e-6``.
+
+    ``None`` when random keys over all ``n`` items are cheaper: comparing ``m`` draws pairwise costs
+    ``m²`` cheap comparisons, a key costs a random number and its share of a selection (~8 comparisons).
+    """
+    # p[d] = probability of d distinct values so far (d = k absorbs); the classic occupancy chain
+    p = [1.0] + [0.0] * k
+    for m in range(1, n + 1):
+        if m * m > 8 * n:
+            return None
+        step = [0.0] * k + [p[k]]
+        for d in range(k):
+            step[d] += p[d] * d / n
+            step[d + 1] += p[d] * (n - d) / n
+        p = step
+        if 1.0 - p[k] <= _TOLERANCE:
+            return m
+    return None
+
+
+def _first_distinct(draws: Tensor, k: int, n: int) -> tuple[Tensor, Tensor]:
+    """The first ``k`` distinct values of each row of ``draws`` ``[..., m]`` (values in ``0..n-1``), and
+    which rows have ``k`` of them (the others hold garbage)."""
+    m = draws.shape[-1]
+    position = torch.arange(m, device=draws.device).expand_as(draws)
+    # first[v] = position of the first draw of v: a draw is fresh if it is the first of its value
+    # (a scatter over n slots is ~5x faster than comparing the m draws pairwise)
+    first = draws.new_full((*draws.shape[:-1], n), m).scatter_reduce_(-1, draws, position, "amin")
+    fresh = first.gather(-1, draws) == position
+    count = fresh.cumsum(-1)
+    # the r-th fresh draw goes to slot r - 1; repeats and fresh draws beyond k go to a spare slot k
+    slot = torch.where(fresh & (count <= k), count - 1, k)
+    out = draws.new_empty(*draws.shape[:-1], k + 1).scatter_(-1, slot, draws)
+    return out[..., :k], count[..., -1] >= k
+
+
+class EpisodeSampler:
+    """Draws episodes over a set of classes of a labelled dataset.
+
+    Args:
+        labels: ``[N]`` global class id of each dataset row.
+        classes: the global class ids this sampler draws from (a split).
+        ways: classes per episode.
+        shots: support samples per class.
+        queries: query samples per class.
+        prefix: prefix of the argument names in error messages (``"eval_"`` for evaluation sizes).
+
+    Raises:
+        ValueError: if a size is not positive, ``ways`` exceeds the number of classes, or
+            ``shots + queries`` exceeds the smallest class.
+
+    Example::
+
+        >>> labels = torch.arange(10).repeat_interleave(6)
+        >>> sampler = EpisodeSampler(labels, classes=range(10), ways=3, shots=1, queries=2)
+        >>> ident = sampler.sample(seed=0, stream="train", step=0, episodes=range(4))
+        >>> tuple(ident.classes.shape), tuple(ident.support_indices.shape), tuple(ident.query_indices.shape)
+        ((4, 3), (4, 3, 1), (4, 3, 2))
+    """
+
+    def __init__(
+        self, labels: Tensor, classes: Sequence[int], ways: int, shots: int, queries: int, prefix: str = ""
+    ) -> None:
+        for name, value in (("ways", ways), ("shots", shots), ("queries", queries)):
+            if value < 1:
+                raise ValueError(f"{prefix}{name} must be >= 1, got {value}")
+        class_ids = torch.as_tensor(list(classes), dtype=torch.long)
+        if ways > len(class_ids):
+            raise ValueError(f"{prefix}ways={ways} exceeds the {len(class_ids)} classes of this split")
+        order = torch.argsort(labels, stable=True)
+        counts_all = torch.bincount(labels, minlength=int(class_ids.max()) + 1)
+        starts_all = torch.cumsum(counts_all, 0) - counts_all
+        counts = counts_all[class_ids]
+        smallest = int(counts.min())
+        if shots + queries > smallest:
+            raise ValueError(
+                f"{prefix}shots + {prefix}queries = {shots + queries} exceeds the smallest class of this "
+                f"split ({smallest} samples)"
+            )
+        width = int(counts.max())
+        offsets = torch.arange(width)
+        valid = offsets < counts[:, None]
+        # table[c, i] = row index of the i-th sample of class classes[c]; padding repeats a valid row
+        # but is never drawn (draws stay below the class's count, padded keys are +inf).
+        positions = starts_all[class_ids][:, None] + torch.where(valid, offsets, 0)
+        self.table = order[positions]
+        self.invalid = ~valid
+        self.counts = counts
+        self.even = smallest == width  # every class has the same size: no per-class scaling of draws
+        self.classes = class_ids
+        self.ways, self.shots, self.queries = ways, shots, queries
+        # None: random keys; else the number of draws (per episode, per class) of the first-distinct rule
+        self.class_draws = oversample(ways, len(class_ids))
+        self.sample_draws = oversample(shots + queries, smallest)
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.classes)
+
+    def sample(self, seed: int, stream: str, step: int, episodes: Sequence[int], first_id: int = 0) -> EpisodeIdentity:
+        """Identities of the episodes at positions ``episodes`` of ``step`` in ``stream``.
+
+        Episode ``j`` depends only on ``(seed, stream, step, j)`` (and on this sampler's classes and
+        sizes); its ``episode_ids`` entry is ``first_id + j``.
+        """
+        prefix = _mix(0, seed, STREAMS[stream], step)  # mix_seed(seed, stream, step, j) == _mix(prefix, j) >> 1
+        seeds = [_mix(prefix, j) >> 1 for j in episodes]
+        class_width = self.class_draws or self.num_classes
+        sample_width = self.sample_draws or self.table.shape[1]
+        # one block of float64 uniforms per episode (53 random bits: no ties between keys in practice,
+        # and floor(u * n) is uniform on 0..n-1 up to 2^-53)
+        uniforms = torch.empty(len(seeds), class_width + self.ways * sample_width, dtype=torch.float64)
+        generator = torch.Generator()
+        for row, episode_seed in zip(uniforms, seeds, strict=True):
+            torch.rand(row.shape, generator=generator.manual_seed(episode_seed), dtype=torch.float64, out=row)
+        chosen = self._choose_classes(uniforms[:, :class_width], seeds)  # [B, ways] positions in self.classes
+        sample_u = uniforms[:, class_width:].view(-1, self.ways, sample_width)
+        picked = self._choose_samples(sample_u, chosen, seeds)  # [B, ways, k+q] positions within each class
+        rows = self.table.view(-1).take(picked.add_(chosen[..., None] * self.table.shape[1]))
+        return EpisodeIdentity(
+            classes=self.classes.take(chosen),
+            support_indices=rows[..., : self.shots],
+            query_indices=rows[..., self.shots :],
+            episode_ids=torch.as_tensor(list(episodes), dtype=torch.long).add_(first_id),
+        )
+
+    def _choose_classes(self, uniforms: Tensor, seeds: list[int]) -> Tensor:
+        if self.class_draws is None:
+            return uniforms.topk(self.ways, dim=1, largest=False).indices
+        draws = uniforms.mul(self.num_classes).long().clamp_(max=self.num_classes - 1)
+        chosen, complete = _first_distinct(draws, self.ways, self.num_classes)
+        if not bool(complete.all()):  # about one episode in a million
+            for b in complete.logical_not().nonzero().flatten().tolist():
+                keys = self._keys(seeds[b], _CLASSES_SALT, self.num_classes)
+                chosen[b] = keys.topk(self.ways, largest=False).indices
+        return chosen
+
+    def _choose_samples(self, uniforms: Tensor, chosen: Tensor, seeds: list[int]) -> Tensor:
+        per_class = self.shots + self.queries
+        if self.sample_draws is None:
+            keys = uniforms.masked_fill(self.invalid[chosen], float("inf"))
+            return keys.topk(per_class, dim=2, largest=False).indices
+        if self.even:
+            draws = uniforms.mul(self.table.shape[1]).long().clamp_(max=self.table.shape[1] - 1)
+        else:
+            counts = self.counts.take(chosen)[..., None]  # [B, ways, 1]
+            draws = torch.minimum(uniforms.mul(counts).long(), counts - 1)
+        picked, complete = _first_distinct(draws, per_class, self.table.shape[1])
+        if not bool(complete.all()):  # about one class in a million
+            for b, c in complete.logical_not().nonzero().tolist():
+                keys = self._keys(seeds[b], _SAMPLES_SALT + c, self.table.shape[1])
+                keys.masked_fill_(self.invalid[chosen[b, c]], float("inf"))
+                picked[b, c] = keys.topk(per_class, largest=False).indices
+        return picked
+
+    @staticmethod
+    def _keys(episode_seed: int, salt: int, size: int) -> Tensor:
+        generator = torch.Generator().manual_seed(mix_seed(episode_seed, salt))
+        return torch.rand(size, generator=generator, dtype=torch.float64)
