@@ -1,0 +1,350 @@
+"""DifficultyWeightingCallback in one process: validation, the online estimate against a plain re-implementation,
+logging, degenerate steps, checkpointed state and crash-and-resume equivalence."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytorch_lightning as pl
+import torch
+from pytorch_lightning.callbacks import Callback, ModelCheckpoint
+
+from lightning_episodes import ProtoNet
+from lightning_episodes.algorithms.base import EpisodeOutput
+from lightning_episodes.callbacks import DifficultyWeightingCallback, WeightingStep
+from lightning_episodes.data import Episode
+from lightning_episodes.weighting import SIGMA_FLOOR, importance_weights
+from tests.helpers import tiny_datamodule, tiny_trainer
+
+
+class Recorder(Callback):
+    """Copies, after the weighting callback's hook, what it did and logged at every step."""
+
+    def __init__(self, weighting: DifficultyWeightingCallback) -> None:
+        self.weighting = weighting
+        self.steps: list[WeightingStep] = []
+        self.logged: list[dict[str, float]] = []
+
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: Any) -> None:
+        assert self.weighting.last_step is not None
+        self.steps.append(self.weighting.last_step)
+        metrics = trainer.callback_metrics
+        self.logged.append({k.split("/")[1]: float(v) for k, v in metrics.items() if k.startswith("weighting/")})
+
+
+class GradientRecorder(Callback):
+    """The gradient (after backward, before the optimizer) of every step."""
+
+    def __init__(self) -> None:
+        self.grads: dict[int, torch.Tensor] = {}
+
+    def on_before_optimizer_step(self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: Any) -> None:
+        grads = [p.grad.flatten() for p in pl_module.parameters() if p.grad is not None]
+        self.grads[trainer.global_step] = torch.cat(grads).clone()
+
+
+def _fit(
+    callback: DifficultyWeightingCallback,
+    model: ProtoNet | None = None,
+    max_steps: int = 6,
+    extra: list[Callback] | None = None,
+    **trainer_options: Any,
+) -> tuple[pl.Trainer, ProtoNet, Recorder]:
+    pl.seed_everything(0)
+    model = model or ProtoNet(image_size=16)
+    recorder = Recorder(callback)
+    trainer_options.setdefault("limit_val_batches", 0)  # validation changes nothing here: skip it
+    trainer = tiny_trainer(max_steps=max_steps, callbacks=[callback, recorder, *(extra or [])], **trainer_options)
+    trainer.fit(model, tiny_datamodule())
+    return trainer, model, recorder
+
+
+def plain_estimates(
+    batches: list[list[float]], decay: float, warmup: int, update: str
+) -> list[tuple[float, float] | None]:
+    """DESIGN.md's estimator written out plainly: ``(mu, variance)`` before each step, ``None`` during warm-up."""
+    s1 = s2 = 0.0
+    n = 0
+    mu = var = 0.0
+    ready = False
+    before: list[tuple[float, float] | None] = []
+    for t, values in enumerate(batches):
+        before.append((mu, var) if ready else None)
+        values = [v for v in values if math.isfinite(v)]
+        if not ready:
+            s1, s2, n = s1 + sum(values), s2 + sum(v * v for v in values), n + len(values)
+            if t + 1 >= warmup:
+                mu, var, ready = s1 / n, s2 / n - (s1 / n) ** 2, True
+        elif update == "episode":
+            for v in values:
+                mu, var = decay * mu + (1 - decay) * v, decay * var + (1 - decay) * (v - mu) ** 2
+        else:
+            m = sum(values) / len(values)
+            v = sum((x - m) ** 2 for x in values) / len(values)
+            mu, var = decay * mu + (1 - decay) * m, decay * var + (1 - decay) * (v + (m - mu) ** 2)
+    before.append((mu, var))
+    return before
+
+
+# -- construction ---------------------------------------------------------------------------------------------------
+
+
+def test_state_key_is_literal_and_shared_by_subclasses() -> None:
+    class Custom(DifficultyWeightingCallback):
+        pass
+
+    assert DifficultyWeightingCallback().state_key == "DifficultyWeightingCallback[]"
+    assert Custom(name="fast").state_key == "DifficultyWeightingCallback[fast]"
+    # hyperparameters stay out of the key: a resumed run may change them
+    assert DifficultyWeightingCallback(decay=0.5, target="hard").state_key == "DifficultyWeightingCallback[]"
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"target": "medium"}, "target must be one of"),
+        ({"decay": 1.0}, r"decay must be a number in \[0, 1\)"),
+        ({"decay": -0.1}, "decay"),
+        ({"warmup_steps": 1}, "warmup_steps must be an integer >= 2"),
+        ({"warmup_steps": 2.5}, "warmup_steps"),
+        ({"support_sigmas": 0.0}, "support_sigmas must be a finite number > 0"),
+        ({"support_sigmas": float("inf")}, "support_sigmas"),
+        ({"out_of_support": "drop"}, "out_of_support must be one of"),
+        ({"normalization": "mean"}, "normalization must be one of"),
+        ({"update": "step"}, "update must be one of"),
+        ({"proposal": "oracle"}, "proposal must be one of"),
+        ({"proposal": "offline"}, "proposal='offline' needs reference_checkpoint"),
+        ({"proposal": "offline", "reference_checkpoint": "x.ckpt", "offline_episodes": 1}, "offline_episodes"),
+    ],
+)
+def test_invalid_arguments_are_named(options: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        DifficultyWeightingCallback(**options)
+
+
+def test_curriculum_needs_max_steps() -> None:
+    callback = DifficultyWeightingCallback(target="curriculum", warmup_steps=2)
+    trainer = tiny_trainer(max_steps=-1, max_epochs=1, callbacks=[callback])
+    with pytest.raises(ValueError, match=r"target='curriculum'\) needs trainer.max_steps > 0"):
+        trainer.fit(ProtoNet(image_size=16), tiny_datamodule())
+
+
+def test_gradient_accumulation_is_refused() -> None:
+    trainer = tiny_trainer(accumulate_grad_batches=2, callbacks=[DifficultyWeightingCallback(warmup_steps=2)])
+    with pytest.raises(ValueError, match="accumulate_grad_batches=2"):
+        trainer.fit(ProtoNet(image_size=16), tiny_datamodule())
+
+
+def test_installs_itself_as_the_weighting_strategy_for_the_fit_only() -> None:
+    callback = DifficultyWeightingCallback(warmup_steps=2)
+
+    class Check(Callback):
+        def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+            assert pl_module.weighting is callback  # type: ignore[attr-defined]
+
+    model = ProtoNet(image_size=16)
+    _fit(callback, model, max_steps=1, extra=[Check()])
+    assert model.weighting is None
+
+
+# -- the online estimate and the weights ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("target", "update", "out_of_support"),
+    [("uniform", "episode", "zero"), ("curriculum", "batch", "zero"), ("hard", "episode", "clamp")],
+)
+def test_weights_match_a_plain_reimplementation(target: str, update: str, out_of_support: str) -> None:
+    warmup, max_steps, decay = 3, 8, 0.7
+    callback = DifficultyWeightingCallback(
+        target=target, decay=decay, warmup_steps=warmup, update=update, out_of_support=out_of_support
+    )
+    _, _, recorder = _fit(callback, max_steps=max_steps)
+    steps, logged = recorder.steps, recorder.logged
+    assert [s.step for s in steps] == list(range(max_steps))
+    estimates = plain_estimates([s.difficulties.tolist() for s in steps], decay, warmup, update)
+    for t, (step, log) in enumerate(zip(steps, logged, strict=True)):
+        assert len(step.weights) == 4
+        total, squares = float(step.weights.sum()), float((step.weights**2).sum())
+        assert log["ess"] == pytest.approx(total**2 / squares if total else 0.0, rel=1e-6)
+        assert log["ess_over_batch"] == pytest.approx(log["ess"] / 4, rel=1e-6)
+        assert log["batch_over_ess"] == pytest.approx(4 / log["ess"] if total else 0.0, rel=1e-6)
+        if t < warmup:  # plain sampling: exactly 1, and the ESS is the batch
+            assert step.warmup
+            assert torch.equal(step.weights, torch.ones(4, dtype=torch.float64))
+            assert log["ess_over_batch"] == 1.0
+            assert log["batch_over_ess"] == 1.0
+            assert log["weight_min"] == log["weight_max"] == 1.0
+            continue
+        estimate = estimates[t]
+        assert estimate is not None
+        assert not step.warmup
+        mu, sigma = estimate[0], max(math.sqrt(estimate[1]), SIGMA_FLOOR)
+        progress = t / max_steps
+        assert step.progress == progress
+        expected = importance_weights(
+            step.difficulties.float(),
+            mu,
+            sigma,
+            target,
+            out_of_support=out_of_support,
+            progress=progress if target == "curriculum" else None,
+        )
+        torch.testing.assert_close(step.weights.float(), expected, rtol=1e-6, atol=0.0)
+        assert log["mu"] == pytest.approx(mu, rel=1e-6)
+        assert log["sigma"] == pytest.approx(sigma, rel=1e-6)
+        assert log["weight_min"] == pytest.approx(float(expected.min()), rel=1e-6)
+        assert log["weight_mean"] == pytest.approx(float(expected.mean()), rel=1e-6)
+        assert log["weight_max"] == pytest.approx(float(expected.max()), rel=1e-6)
+        low, high = mu - 2.58 * sigma, mu + 2.58 * sigma
+        outside = sum(not low <= d <= high for d in step.difficulties.tolist()) / 4
+        assert log["outside_support"] == pytest.approx(outside)
+        if target == "uniform":
+            assert log["ess_over_batch"] < 1.0
+        if target == "curriculum":
+            assert log["mu_t"] == pytest.approx(mu - 2.58 * sigma + 2 * 2.58 * sigma * progress, rel=1e-6)
+    final = estimates[-1]
+    assert final is not None
+    assert callback.estimator.mu == pytest.approx(final[0], rel=1e-12)
+    assert callback.estimator.variance == pytest.approx(final[1], rel=1e-12)
+    assert callback.estimator.steps == max_steps
+
+
+class RiggedProtoNet(ProtoNet):
+    """Adds a constant to the losses of chosen episodes at chosen steps (a constant: the gradient is unchanged)."""
+
+    def __init__(self, rig: dict[int, torch.Tensor], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.rig = rig
+
+    def episode_losses(self, batch: Episode) -> EpisodeOutput:
+        out = super().episode_losses(batch)
+        offset = self.rig.get(self.trainer.global_step)
+        if offset is not None and self.training:  # not in the validation that follows the same step
+            out.losses = out.losses + offset.to(out.losses)
+        return out
+
+
+def test_a_batch_with_no_weight_is_a_skipped_step_with_zero_gradient() -> None:
+    # after the warm-up, every episode of step 3 is far harder than mu: the easy target (clamped to the
+    # end of S, where its density is 0) gives all of them weight 0
+    model = RiggedProtoNet({3: torch.full((4,), 100.0)}, image_size=16)
+    callback = DifficultyWeightingCallback(target="easy", warmup_steps=2, out_of_support="clamp")
+    grads = GradientRecorder()
+    _, _, recorder = _fit(callback, model, max_steps=5, extra=[grads])
+    assert torch.equal(recorder.steps[3].weights, torch.zeros(4, dtype=torch.float64))
+    assert torch.count_nonzero(grads.grads[3]) == 0
+    assert all(torch.count_nonzero(grads.grads[t]) > 0 for t in (0, 1, 2, 4))
+    assert [log["skipped_steps"] for log in recorder.logged] == [0, 0, 0, 1, 1]
+    assert recorder.logged[3]["ess"] == 0.0
+    assert recorder.logged[3]["batch_over_ess"] == 0.0
+    assert callback.skipped_steps == 1
+
+
+def test_non_finite_episodes_are_masked_counted_and_kept_out_of_the_estimate() -> None:
+    nan, inf = float("nan"), float("inf")
+    # one NaN episode during the warm-up (weight 1) and one infinite episode afterwards
+    model = RiggedProtoNet(
+        {1: torch.tensor([0.0, nan, 0.0, 0.0]), 3: torch.tensor([0.0, 0.0, inf, 0.0])}, image_size=16
+    )
+    callback = DifficultyWeightingCallback(warmup_steps=2)
+    grads = GradientRecorder()
+    with pytest.warns(UserWarning, match="non-finite loss got weight 0"):
+        _, model, recorder = _fit(callback, model, max_steps=5, extra=[grads])
+    assert [log["nonfinite_episodes"] for log in recorder.logged] == [0, 1, 1, 2, 2]
+    assert recorder.steps[1].weights[1] == 1.0  # warm-up weight; the loss itself is masked
+    assert recorder.steps[3].weights[2] == 0.0
+    assert callback.estimator.nonfinite == 2
+    assert callback.estimator.episodes == 5 * 4 - 2
+    assert math.isfinite(callback.estimator.mu)
+    assert math.isfinite(callback.estimator.variance)
+    assert all(torch.isfinite(g).all() for g in grads.grads.values())
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+
+
+# -- state ----------------------------------------------------------------------------------------------------------
+
+
+def test_state_is_plain_numbers_and_load_is_tolerant() -> None:
+    callback = DifficultyWeightingCallback(warmup_steps=2)
+    callback.estimator.update(torch.tensor([1.0, 2.0]))
+    callback.estimator.update(torch.tensor([3.0, 4.0]))
+    callback.skipped_steps, callback.nonfinite_episodes = 2, 3
+    state = callback.state_dict()
+
+    def plain(value: object) -> bool:
+        if isinstance(value, dict):
+            return all(isinstance(k, str) and plain(v) for k, v in value.items())
+        return type(value) in (int, float, bool)
+
+    assert plain(state)
+    restored = DifficultyWeightingCallback(warmup_steps=2)
+    restored.load_state_dict(state)
+    assert restored.state_dict() == state
+    # a checkpoint from an older version without the counters still loads
+    old = DifficultyWeightingCallback(warmup_steps=2)
+    old.load_state_dict({"estimator": state["estimator"]})
+    assert old.estimator.mu == 2.5
+    assert old.skipped_steps == 0
+    DifficultyWeightingCallback().load_state_dict({})
+
+
+class CrashAt(Callback):
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_train_batch_start(self, trainer: pl.Trainer, *args: Any) -> None:
+        if trainer.global_step == self.step:
+            raise RuntimeError("CRASH")
+
+
+class SubclassedWeighting(DifficultyWeightingCallback):
+    """A user's subclass: it must restore the state the base class checkpointed."""
+
+    restored: dict[str, Any] | None = None
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        super().load_state_dict(state_dict)
+        self.restored = self.state_dict()
+
+
+@pytest.mark.filterwarnings("ignore:Checkpoint directory .* exists and is not empty")
+@pytest.mark.slow
+@pytest.mark.parametrize(("target", "k"), [("uniform", 1), ("curriculum", 3)])
+def test_crash_and_resume_equals_an_uninterrupted_run(tmp_path: Path, target: str, k: int) -> None:
+    """Stopped after step k (inside the warm-up for k = 1) and resumed: the same weights and parameters, bit for bit."""
+    total, options = 6, {"target": target, "warmup_steps": 2, "decay": 0.8}
+    straight_callback = DifficultyWeightingCallback(**options)
+    _, straight, straight_rec = _fit(straight_callback, max_steps=total)
+
+    checkpoint = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=k, save_last=True)
+    first = DifficultyWeightingCallback(**options)
+    with pytest.raises(RuntimeError, match="CRASH"):
+        _fit(first, max_steps=total, extra=[checkpoint, CrashAt(k)], enable_checkpointing=True)
+    saved = torch.load(tmp_path / "last.ckpt", weights_only=True)
+    assert saved["global_step"] == k
+    assert saved["callbacks"]["DifficultyWeightingCallback[]"] == first.state_dict()
+
+    pl.seed_everything(1)  # a different initialisation: everything must come from the checkpoint
+    resumed = SubclassedWeighting(**options)
+    recorder = Recorder(resumed)
+    again = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=k, save_last=True)  # as a real resume
+    trainer = tiny_trainer(
+        max_steps=total, limit_val_batches=0, callbacks=[resumed, recorder, again], enable_checkpointing=True
+    )
+    model = ProtoNet(image_size=16)
+    trainer.fit(model, tiny_datamodule(), ckpt_path=tmp_path / "last.ckpt")
+    assert resumed.restored == first.state_dict()
+
+    assert [s.step for s in recorder.steps] == list(range(k, total))
+    for ours, theirs in zip(recorder.steps, straight_rec.steps[k:], strict=True):
+        assert torch.equal(ours.difficulties, theirs.difficulties)
+        assert torch.equal(ours.weights, theirs.weights)
+        assert (ours.mu, ours.sigma, ours.progress) == (theirs.mu, theirs.sigma, theirs.progress)
+    assert resumed.state_dict() == straight_callback.state_dict()
+    expected = straight.state_dict()
+    for key, value in model.state_dict().items():
+        assert torch.equal(value, expected[key]), key

@@ -1,0 +1,131 @@
+"""Every sampling scheme of ``configs/sampling/`` trains and tests through the real CLI (in process, tiny data)."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+import yaml
+from pytorch_lightning.callbacks import ModelCheckpoint
+
+from lightning_episodes.algorithms import EpisodicModule
+from lightning_episodes.callbacks import DifficultyWeightingCallback
+from lightning_episodes.cli import EpisodicCLI, main
+from lightning_episodes.data import EpisodicDataModule
+
+TARGETS = ("baseline", "uniform", "easy", "hard", "curriculum")
+SAMPLING = Path("configs/sampling")
+WARMUP, STEPS = 2, 4
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
+    """The quickstart config with every output under a temporary folder, and tiny-data overrides."""
+    folder = tmp_path_factory.mktemp("cli")
+    config = yaml.safe_load(Path("configs/quickstart.yaml").read_text())
+    config["trainer"]["default_root_dir"] = str(folder)
+    config["trainer"]["logger"]["init_args"]["save_dir"] = str(folder)
+    path = folder / "base.yaml"
+    path.write_text(yaml.safe_dump(config))
+    overrides = [
+        "--data.dataset=tiny",
+        "--data.image_size=16",
+        "--data.shots=2",
+        "--data.queries=3",
+        "--data.episodes_per_batch=4",
+        "--data.val_episodes=4",
+        "--data.test_episodes=4",
+        f"--trainer.max_steps={STEPS}",
+        f"--trainer.val_check_interval={STEPS}",
+        "--trainer.num_sanity_val_steps=0",
+        "--trainer.log_every_n_steps=1",
+        "--trainer.enable_progress_bar=false",
+        "--trainer.enable_model_summary=false",
+    ]
+    return path, overrides
+
+
+def _args(base: tuple[Path, list[str]], scheme: str, *extra: str) -> list[str]:
+    config, overrides = base
+    # the sampling file comes last among the configs (it holds the complete callbacks list); callback
+    # arguments after it set the last callback of that list, the weighting callback
+    return ["--config", str(config), "--config", str(SAMPLING / f"{scheme}.yaml"), *overrides, *extra]
+
+
+@pytest.fixture(scope="module")
+def baseline_checkpoint(base: tuple[Path, list[str]]) -> Path:
+    """A model trained with plain sampling: the offline schemes' reference."""
+    cli = main(["fit", *_args(base, "baseline_online", f"--trainer.callbacks.warmup_steps={WARMUP}")])
+    assert cli.trainer.log_dir is not None
+    return Path(cli.trainer.log_dir) / "checkpoints" / "last.ckpt"
+
+
+def _logged(log_dir: str | None) -> list[dict[str, float]]:
+    """The per-step ``weighting/*`` rows of the run's metrics.csv, in order."""
+    assert log_dir is not None
+    with open(Path(log_dir) / "metrics.csv") as handle:
+        rows = [r for r in csv.DictReader(handle) if r.get("weighting/ess")]
+    return [
+        {k.removeprefix("weighting/"): float(v) for k, v in r.items() if k.startswith("weighting/") and v} for r in rows
+    ]
+
+
+@pytest.mark.parametrize("scheme", [f"{t}_{p}" for t in TARGETS for p in ("online", "offline")])
+def test_sampling_configs_compose_with_any_base(base: tuple[Path, list[str]], scheme: str) -> None:
+    extra = ["--trainer.callbacks.reference_checkpoint=x.ckpt"] if scheme.endswith("offline") else []
+    cli = EpisodicCLI(
+        EpisodicModule,
+        EpisodicDataModule,
+        subclass_mode_model=True,
+        subclass_mode_data=True,
+        auto_configure_optimizers=False,
+        run=False,
+        args=_args(base, scheme, *extra),
+    )
+    weighting = [c for c in cli.trainer.callbacks if isinstance(c, DifficultyWeightingCallback)]
+    assert len(weighting) == 1
+    target, proposal = scheme.split("_")
+    assert (weighting[0].target_name, weighting[0].proposal) == (target, proposal)
+    assert any(isinstance(c, ModelCheckpoint) for c in cli.trainer.callbacks)  # not lost by the list replacement
+    if proposal == "offline":
+        assert weighting[0].reference_checkpoint == "x.ckpt"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("proposal", ["online", "offline"])
+def test_every_scheme_trains_and_tests_through_the_cli(
+    base: tuple[Path, list[str]], baseline_checkpoint: Path, target: str, proposal: str
+) -> None:
+    extra = [f"--trainer.callbacks.warmup_steps={WARMUP}", "--test_after_fit=true"]
+    if proposal == "offline":
+        extra += [
+            f"--trainer.callbacks.reference_checkpoint={baseline_checkpoint}",
+            "--trainer.callbacks.offline_episodes=8",
+        ]
+    cli = main(["fit", *_args(base, f"{target}_{proposal}", *extra)])
+    metrics = cli.trainer.callback_metrics
+    assert metrics["test/episodes"] == 4
+    assert 0.0 <= float(metrics["test/acc"]) <= 1.0
+    logged = _logged(cli.trainer.log_dir)
+    assert len(logged) == STEPS
+    for row in logged:
+        assert row["weight_min"] >= 0.0
+        assert 0.0 <= row["ess_over_batch"] <= 1.0
+        assert row["skipped_steps"] in range(STEPS + 1)  # a batch wholly outside S after a big drift can be skipped
+        assert row["nonfinite_episodes"] == 0.0
+        assert ("mu_t" in row) == (target == "curriculum")
+    if proposal == "offline":
+        assert len({row["mu"] for row in logged}) == 1  # fixed before training
+    if target == "baseline" or (proposal == "online" and target != "curriculum"):
+        # plain sampling during the warm-up (and always for the baseline): ESS / |B| is exactly 1
+        warm = logged if target == "baseline" else logged[:WARMUP]
+        assert all(row["ess_over_batch"] == 1.0 for row in warm)
+    if proposal == "online" and target == "uniform":
+        assert all(row["ess_over_batch"] < 1.0 for row in logged[WARMUP:])
+
+
+def test_offline_scheme_without_reference_fails_with_instructions(base: tuple[Path, list[str]]) -> None:
+    with pytest.raises(ValueError, match=r"--trainer.callbacks.reference_checkpoint=PATH"):
+        main(["fit", *_args(base, "uniform_offline")])
