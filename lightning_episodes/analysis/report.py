@@ -1,0 +1,361 @@
+"""The paper's results tables (Tables 1-4) from the ``test_results.json`` files that test runs write.
+
+``lightning-episodes report RUN_DIRS...`` (also ``python -m lightning_episodes.analysis.report``) finds every
+``test_results.json`` under the given folders and prints a table in the paper's format: rows are algorithm x
+sampling scheme, columns are test dataset x backbone x ways/shots, each cell the mean test accuracy (%) +- its
+95% confidence interval. In each column the best entry is bold, and so is every entry whose interval overlaps
+the best entry's (``--bold-within scenario``: the best per algorithm instead); a dagger marks a scheme that
+matches or beats its algorithm's baseline (mean at least the baseline's, or overlapping intervals).
+
+What a run folder must hold (the CLI writes both into the logger's folder):
+
+- ``test_results.json`` (``EpisodicModule``): ``algorithm``, ``accuracy``, ``ci95``, ``episodes``, ``hparams``
+  (``backbone``; ``distance`` for ProtoNet) and ``data`` (``dataset``, ``ways``/``shots`` or
+  ``eval_ways``/``eval_shots``, ``seed``, ``test_split``);
+- ``config.yaml`` beside it (LightningCLI's ``SaveConfigCallback``): the sampling scheme is the ``target`` and
+  ``proposal`` of the ``DifficultyWeightingCallback`` in ``trainer.callbacks`` (no such callback: plain
+  sampling, "baseline"), and the run's seed is ``seed_everything``. A ``sampling`` field (``{"target", "proposal"}``)
+  or ``seed`` field in the record takes precedence; without either source the scheme is "unknown".
+
+The baseline target weights every episode 1 whatever the proposal, so ``baseline_online`` and ``baseline_offline``
+runs form one "baseline" row. Runs of one cell with different seeds (``seed_everything``, data seed) are combined:
+the mean over seeds, shown with the standard deviation over seeds; the interval combines the test-episode
+interval, which is shared because every seed is tested on the same fixed episodes, with the seed-to-seed standard
+error: ``half-width = sqrt(mean_i(ci_i^2) + (1.96 sd / sqrt(k))^2)`` (one run: its own ``ci95``). Two records of one
+cell and seed (e.g. a checkpoint tested twice) count once: the newest file is kept, with a warning.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import math
+import statistics
+import sys
+import warnings
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+RESULTS_FILE = "test_results.json"
+CONFIG_FILE = "config.yaml"
+BoldWithin = Literal["column", "scenario"]
+
+_DATASETS = {
+    "mini-imagenet": "Mini-ImageNet",
+    "tiered-imagenet": "Tiered-ImageNet",
+    "cub200": "CUB-200",
+    "dtd": "DTD",
+    "fgvc-aircraft": "FGVC-Aircraft",
+    "vgg-flowers": "VGG Flowers",
+    "glyphs": "Glyphs",
+}
+_BACKBONES = {"conv4": "Conv-4", "resnet12": "ResNet-12", "resnet12-wide": "ResNet-12 (wide)"}
+_ALGORITHMS = ("ProtoNet (Euclidean)", "ProtoNet (cosine)", "MAML", "ANIL", "FEAT")
+_TARGETS = ("baseline", "easy", "hard", "curriculum", "uniform")
+_PROPOSALS = ("offline", "online")
+_EPS = 1e-12  # intervals that touch overlap, whatever the rounding
+
+#: The legend printed under the Markdown table.
+LEGEND = (
+    "Mean test accuracy (%) ± 95% confidence interval over the test episodes. **Bold**: the best entry and every "
+    "entry whose interval overlaps it. †: matches or beats the same algorithm's baseline (a mean at least the "
+    "baseline's, or overlapping intervals). Several seeds: their mean and standard deviation (sd); the interval adds "
+    "the seed-to-seed standard error to the test-episode interval."
+)
+#: Header of the CSV table (accuracies in %; ``bold`` and ``matches_baseline`` are 0/1).
+CSV_COLUMNS = ("algorithm", "target", "proposal", "dataset", "backbone", "ways", "shots", "split", "accuracy_pct",
+               "ci95_pct", "seeds", "seed_sd_pct", "episodes", "bold", "matches_baseline")  # fmt: skip
+
+
+def _rank(value: str, order: Sequence[str]) -> tuple[int, str]:
+    return (order.index(value) if value in order else len(order), value)
+
+
+@dataclass(frozen=True)
+class Row:
+    """A table row: an algorithm (with its variant, e.g. ProtoNet's distance) and a sampling scheme."""
+
+    algorithm: str
+    target: str
+    proposal: str | None = None
+
+    @property
+    def scheme(self) -> str:
+        """``baseline``, ``unknown``, or ``<target> (<proposal>)``."""
+        return self.target if self.proposal is None else f"{self.target} ({self.proposal})"
+
+    def key(self) -> tuple[Any, ...]:
+        # the baseline first, then each proposal's targets in the paper's order; unknown schemes last
+        scheme = (self.target == "unknown", self.target != "baseline", _rank(self.proposal or "", _PROPOSALS))
+        return (_rank(self.algorithm, _ALGORITHMS), *scheme, _rank(self.target, _TARGETS))
+
+
+@dataclass(frozen=True)
+class Column:
+    """A table column: the test dataset, the backbone and the evaluation episodes' ways and shots."""
+
+    dataset: str
+    backbone: str
+    ways: int | None
+    shots: int | None
+    split: str = "test"
+
+    @property
+    def label(self) -> str:
+        parts = [_DATASETS.get(self.dataset, self.dataset), _BACKBONES.get(self.backbone, self.backbone)]
+        parts.append(f"{self.ways if self.ways else '?'}-way {self.shots if self.shots else '?'}-shot")
+        return ", ".join(parts) + ("" if self.split == "test" else f" ({self.split} split)")
+
+    def key(self) -> tuple[Any, ...]:
+        return (_rank(self.dataset, list(_DATASETS)), _rank(self.backbone, list(_BACKBONES)), self.ways or 0,
+                self.shots or 0, self.split != "test", self.split)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """One test run: where it sits in the table, its accuracy and 95% CI (fractions), and its seed."""
+
+    path: Path
+    row: Row
+    column: Column
+    accuracy: float
+    ci95: float
+    episodes: int
+    seed: tuple[Any, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Cell:
+    """A table entry: the mean accuracy over ``seeds`` runs, its 95% interval half-width (fractions)."""
+
+    mean: float
+    ci95: float
+    seeds: int = 1
+    seed_sd: float | None = None
+    episodes: int = 0
+    bold: bool = False
+    matches_baseline: bool = False
+
+    def overlaps(self, other: Cell) -> bool:
+        """Whether the closed intervals ``mean +- ci95`` of the two cells intersect."""
+        return abs(self.mean - other.mean) <= self.ci95 + other.ci95 + _EPS
+
+
+def combine(runs: Sequence[RunResult]) -> Cell:
+    """The cell of several seeds of one scenario and scheme (see the module docstring for the interval)."""
+    if len(runs) == 1:
+        return Cell(runs[0].accuracy, runs[0].ci95, 1, None, runs[0].episodes)
+    accuracies = [run.accuracy for run in runs]
+    sd = statistics.stdev(accuracies)
+    within = statistics.fmean(run.ci95**2 for run in runs)
+    half_width = math.sqrt(within + (1.96 * sd / math.sqrt(len(runs))) ** 2)
+    return Cell(statistics.fmean(accuracies), half_width, len(runs), sd, min(run.episodes for run in runs))
+
+
+def sampling_scheme(config: dict[str, Any]) -> tuple[str, str | None]:
+    """``(target, proposal)`` of the weighting callback in a saved LightningCLI config; plain sampling without one.
+
+    The proposal is ``None`` for the baseline, whose weights are 1 whatever the proposal.
+    """
+    callbacks = (config.get("trainer") or {}).get("callbacks") or []
+    for callback in [callbacks] if isinstance(callbacks, dict) else callbacks:
+        if not isinstance(callback, dict):
+            continue
+        init_args = callback.get("init_args") or {}
+        if "DifficultyWeighting" in str(callback.get("class_path", "")) or {"target", "proposal"} <= set(init_args):
+            return _scheme(init_args.get("target", "uniform"), init_args.get("proposal", "online"))
+    return "baseline", None
+
+
+def _scheme(target: Any, proposal: Any) -> tuple[str, str | None]:
+    if isinstance(target, dict):  # a Target object given by class_path
+        target = str(target.get("class_path", "custom")).rsplit(".", 1)[-1]
+    return (str(target), None) if target == "baseline" else (str(target), str(proposal))
+
+
+def _algorithm(record: dict[str, Any]) -> str:
+    name, distance = str(record.get("algorithm", "?")), record.get("hparams", {}).get("distance")
+    if name == "ProtoNet" and distance:
+        return f"ProtoNet ({'Euclidean' if distance == 'euclidean' else distance})"
+    return name
+
+
+def read_result(path: str | Path) -> RunResult:
+    """Read one ``test_results.json`` and, beside it, the run's ``config.yaml``.
+
+    Raises:
+        ValueError: if the file is not a test record (no ``accuracy`` or ``ci95``).
+    """
+    path = Path(path)
+    record = json.loads(path.read_text())
+    if not isinstance(record, dict) or not {"accuracy", "ci95"} <= set(record):
+        raise ValueError(f"{path} is not a test record: it needs 'accuracy' and 'ci95'")
+    config_path = path.with_name(CONFIG_FILE)
+    config = (yaml.safe_load(config_path.read_text()) or {}) if config_path.is_file() else None
+    sampling = record.get("sampling")
+    if isinstance(sampling, dict):
+        target, proposal = _scheme(sampling.get("target", "baseline"), sampling.get("proposal", "online"))
+    elif config is not None:
+        target, proposal = sampling_scheme(config)
+    else:
+        target, proposal = "unknown", None
+        warnings.warn(f"{path}: no {CONFIG_FILE} beside it, so its sampling scheme is unknown", stacklevel=2)
+    data = record.get("data", {})
+    seed = record.get("seed", (config or {}).get("seed_everything"))
+    column = Column(
+        dataset=str(data.get("dataset", "?")),
+        backbone=str(record.get("hparams", {}).get("backbone", "?")),
+        ways=data.get("eval_ways") or data.get("ways"),
+        shots=data.get("eval_shots") or data.get("shots"),
+        split=str(data.get("test_split", "test")),
+    )
+    return RunResult(
+        path=path,
+        row=Row(_algorithm(record), target, proposal),
+        column=column,
+        accuracy=float(record["accuracy"]),
+        ci95=float(record["ci95"]),
+        episodes=int(record.get("episodes", 0)),
+        seed=None if isinstance(seed, bool) or seed is None else (seed, data.get("seed")),
+    )
+
+
+def find_results(paths: Iterable[str | Path]) -> list[Path]:
+    """Every ``test_results.json`` at or under ``paths`` (files or folders), sorted, without duplicates."""
+    found: set[Path] = set()
+    for path in map(Path, paths):
+        found.update([path] if path.is_file() else path.rglob(RESULTS_FILE))
+    return sorted(found)
+
+
+def _unique_seeds(results: Iterable[RunResult]) -> dict[tuple[Row, Column], list[RunResult]]:
+    """Group runs by cell, keeping the newest record of each seed."""
+    seen: dict[tuple[Any, ...], RunResult] = {}
+    for result in sorted(results, key=lambda r: (r.path.stat().st_mtime if r.path.exists() else 0.0, str(r.path))):
+        key = (result.row, result.column, result.seed if result.seed is not None else result.path)
+        if key in seen:
+            warnings.warn(f"{seen[key].path} and {result.path} are one seed of one cell: using the newer", stacklevel=3)
+        seen[key] = result
+    cells: dict[tuple[Row, Column], list[RunResult]] = defaultdict(list)
+    for result in seen.values():
+        cells[result.row, result.column].append(result)
+    return cells
+
+
+@dataclass
+class ResultsTable:
+    """Rows, columns and cells of a results table; :meth:`to_markdown` and :meth:`to_csv` render it."""
+
+    rows: list[Row]
+    columns: list[Column]
+    cells: dict[tuple[Row, Column], Cell]
+
+    def to_markdown(self) -> str:
+        """The table in GitHub Markdown, with a legend."""
+        lines = ["| Algorithm | Sampling | " + " | ".join(c.label for c in self.columns) + " |"]
+        lines.append("|---|---|" + "---:|" * len(self.columns))
+        previous = None
+        for row in self.rows:
+            entries = [_format(self.cells.get((row, column))) for column in self.columns]
+            name = "" if row.algorithm == previous else row.algorithm
+            lines.append(f"| {name} | {row.scheme} | " + " | ".join(entries) + " |")
+            previous = row.algorithm
+        return "\n".join(lines) + "\n\n" + LEGEND + "\n"
+
+    def to_csv(self) -> str:
+        """One line per cell (accuracies in %); ``bold`` and ``matches_baseline`` hold the marks."""
+        out = io.StringIO()
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow(CSV_COLUMNS)
+        for row in self.rows:
+            for column in self.columns:
+                cell = self.cells.get((row, column))
+                if cell is None:
+                    continue
+                sd = "" if cell.seed_sd is None else f"{100 * cell.seed_sd:.4f}"
+                writer.writerow([row.algorithm, row.target, row.proposal or "", column.dataset, column.backbone,
+                                 column.ways, column.shots, column.split, f"{100 * cell.mean:.4f}",
+                                 f"{100 * cell.ci95:.4f}", cell.seeds, sd, cell.episodes, int(cell.bold),
+                                 int(cell.matches_baseline)])  # fmt: skip
+        return out.getvalue()
+
+
+def _format(cell: Cell | None) -> str:
+    if cell is None:
+        return "–"
+    text = f"{100 * cell.mean:.2f} ± {100 * cell.ci95:.2f}"
+    text = (f"**{text}**" if cell.bold else text) + ("†" if cell.matches_baseline else "")
+    return text if cell.seed_sd is None else f"{text} (sd {100 * cell.seed_sd:.2f}, {cell.seeds} seeds)"
+
+
+def build_table(results: Iterable[RunResult], bold_within: BoldWithin = "column") -> ResultsTable:
+    """Combine seeds into cells and mark them.
+
+    Args:
+        results: test runs, e.g. ``[read_result(p) for p in find_results(dirs)]``.
+        bold_within: ``"column"``: bold the best entry of each column and every entry overlapping it;
+            ``"scenario"``: the same within each algorithm's rows of a column.
+
+    Returns:
+        The table, rows and columns in the paper's order (known names first).
+    """
+    plain = {key: combine(runs) for key, runs in _unique_seeds(results).items()}
+    groups: dict[tuple[Any, ...], list[tuple[Row, Column]]] = defaultdict(list)
+    for row, column in plain:
+        groups[(column, row.algorithm) if bold_within == "scenario" else (column,)].append((row, column))
+    best = {group: max((plain[key] for key in keys), key=lambda c: c.mean) for group, keys in groups.items()}
+    cells = {}
+    for group, keys in groups.items():
+        for row, column in keys:
+            cell, baseline = plain[row, column], plain.get((Row(row.algorithm, "baseline"), column))
+            matches = False
+            if row.target != "baseline" and baseline is not None:
+                matches = cell.mean >= baseline.mean - _EPS or cell.overlaps(baseline)
+            bold = cell.overlaps(best[group])
+            cells[row, column] = Cell(cell.mean, cell.ci95, cell.seeds, cell.seed_sd, cell.episodes, bold, matches)
+    rows = sorted({row for row, _ in cells}, key=Row.key)
+    columns = sorted({column for _, column in cells}, key=Column.key)
+    return ResultsTable(rows, columns, cells)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``lightning-episodes report RUN_DIRS... [--markdown PATH] [--csv PATH] [--bold-within column|scenario]``.
+
+    Prints the Markdown table and writes the requested files. Returns 0, or 1 when no result is found.
+    """
+    parser = argparse.ArgumentParser(
+        prog="lightning-episodes report", description="Results tables in the paper's format from test runs."
+    )
+    parser.add_argument("runs", nargs="+", type=Path, help="run folders (searched recursively) or result files")
+    parser.add_argument("--markdown", type=Path, help="also write the Markdown table to this file")
+    parser.add_argument("--csv", type=Path, help="write the table as CSV (one line per cell) to this file")
+    parser.add_argument("--bold-within", choices=("column", "scenario"), default="column")
+    args = parser.parse_args(argv)
+    results = []
+    for path in find_results(args.runs):
+        try:
+            results.append(read_result(path))
+        except (ValueError, OSError, yaml.YAMLError) as error:
+            warnings.warn(f"skipping {path}: {error}", stacklevel=1)
+    if not results:
+        print(f"no {RESULTS_FILE} under {', '.join(map(str, args.runs))}", file=sys.stderr)
+        return 1
+    table = build_table(results, args.bold_within)
+    markdown = table.to_markdown()
+    print(markdown, end="")
+    for path, text in ((args.markdown, markdown), (args.csv, table.to_csv() if args.csv else "")):
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,263 @@
+"""The results table: synthetic run folders with hand-checked bold and † marks, seeds, CSV and the command."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+import runpy
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from lightning_episodes.analysis.report import (
+    Column,
+    Row,
+    build_table,
+    find_results,
+    main,
+    read_result,
+    sampling_scheme,
+)
+
+MINI_1S = Column("mini-imagenet", "conv4", 5, 1)
+MINI_5S = Column("mini-imagenet", "conv4", 5, 5)
+CUB_1S = Column("cub200", "conv4", 5, 1)
+EUCLIDEAN, COSINE = "ProtoNet (Euclidean)", "ProtoNet (cosine)"
+
+
+def weighting(target: Any, proposal: str = "online") -> dict[str, Any]:
+    return {
+        "class_path": "lightning_episodes.callbacks.DifficultyWeightingCallback",
+        "init_args": {"target": target, "proposal": proposal, "warmup_steps": 100},
+    }
+
+
+CHECKPOINT = {"class_path": "pytorch_lightning.callbacks.ModelCheckpoint", "init_args": {"monitor": "val/acc"}}
+
+
+def write_run(
+    folder: Path,
+    accuracy: float,
+    ci95: float,
+    callbacks: list[dict[str, Any]] | None = None,
+    algorithm: str = "ProtoNet",
+    distance: str | None = "euclidean",
+    dataset: str = "mini-imagenet",
+    shots: int = 1,
+    seed: int = 0,
+    mtime: float | None = None,
+    config: bool = True,
+    **record: Any,
+) -> Path:
+    """A run folder as the CLI leaves it: ``test_results.json`` and the saved ``config.yaml`` beside it."""
+    folder.mkdir(parents=True)
+    hparams = {"backbone": "conv4", **({"distance": distance} if distance else {})}
+    data = {"dataset": dataset, "ways": 5, "shots": shots, "eval_ways": None, "seed": 0, "test_split": "test"}
+    result = {"algorithm": algorithm, "accuracy": accuracy, "ci95": ci95, "episodes": 1000, "hparams": hparams}
+    path = folder / "test_results.json"
+    path.write_text(json.dumps({**result, "data": data, **record}))
+    if config:
+        trainer = {"max_steps": 20000, "callbacks": [CHECKPOINT, *(callbacks or [])]}
+        (folder / "config.yaml").write_text(yaml.safe_dump({"seed_everything": seed, "trainer": trainer}))
+    if mtime is not None:
+        os.utime(path, (mtime, mtime))
+    return path
+
+
+@pytest.fixture
+def runs(tmp_path: Path) -> Path:
+    """One column worked out by hand (accuracies in %, intervals [mean - ci, mean + ci]):
+
+    ProtoNet (Euclidean), Mini-ImageNet conv4 5-way 1-shot:
+      baseline             50.0 ± 0.8 [49.2, 50.8]
+      uniform (online)     52.0 ± 0.8 [51.2, 52.8]  best -> bold; †
+      uniform (offline)    51.0 ± 0.5 [50.5, 51.5]  overlaps the best -> bold; †
+      easy (online)        48.5 ± 0.6 [47.9, 49.1]  below the baseline, apart -> no †
+      hard (online)        49.0 ± 0.2 [48.8, 49.2]  touches the baseline -> †
+      curriculum (offline) 49.5 ± 0.1 [49.4, 49.6]  inside the baseline -> †
+    MAML, same column:
+      baseline             47.0 ± 1.0 [46.0, 48.0]  bold only within its scenario
+      uniform (online)     48.0 ± 1.0 [47.0, 49.0]  †; bold only within its scenario
+    """
+    write_run(tmp_path / "pn/baseline", 0.50, 0.008, [weighting("baseline")])
+    write_run(tmp_path / "pn/uniform_online", 0.52, 0.008, [weighting("uniform")])
+    write_run(tmp_path / "pn/uniform_offline", 0.51, 0.005, [weighting("uniform", "offline")])
+    write_run(tmp_path / "pn/easy_online", 0.485, 0.006, [weighting("easy")])
+    write_run(tmp_path / "pn/hard_online", 0.49, 0.002, [weighting("hard")])
+    write_run(tmp_path / "pn/curriculum_offline", 0.495, 0.001, [weighting("curriculum", "offline")])
+    write_run(tmp_path / "maml/baseline", 0.47, 0.01, None, algorithm="MAML", distance=None)
+    write_run(tmp_path / "maml/uniform_online", 0.48, 0.01, [weighting("uniform")], algorithm="MAML", distance=None)
+    return tmp_path
+
+
+def marks(table: Any, column: Column) -> dict[tuple[str, str], str]:
+    """``(algorithm, scheme) -> "B" (bold) + "†"`` for the cells of ``column``."""
+    return {
+        (row.algorithm, row.scheme): ("B" if cell.bold else "") + ("†" if cell.matches_baseline else "")
+        for (row, col), cell in table.cells.items()
+        if col == column
+    }
+
+
+def load(root: Path) -> list[Any]:
+    return [read_result(path) for path in find_results([root])]
+
+
+def test_bold_and_dagger_by_hand(runs: Path) -> None:
+    table = build_table(load(runs))
+    assert marks(table, MINI_1S) == {
+        (EUCLIDEAN, "baseline"): "",
+        (EUCLIDEAN, "uniform (online)"): "B†",
+        (EUCLIDEAN, "uniform (offline)"): "B†",
+        (EUCLIDEAN, "easy (online)"): "",
+        (EUCLIDEAN, "hard (online)"): "†",
+        (EUCLIDEAN, "curriculum (offline)"): "†",
+        ("MAML", "baseline"): "",
+        ("MAML", "uniform (online)"): "†",
+    }
+
+
+def test_bold_within_each_scenario(runs: Path) -> None:
+    table = build_table(load(runs), bold_within="scenario")
+    got = marks(table, MINI_1S)
+    assert got[("MAML", "baseline")] == "B"
+    assert got[("MAML", "uniform (online)")] == "B†"
+    assert got[(EUCLIDEAN, "uniform (offline)")] == "B†"
+    assert got[(EUCLIDEAN, "baseline")] == ""
+
+
+def test_rows_and_columns_in_the_papers_order(runs: Path) -> None:
+    write_run(runs / "cross/cub", 0.40, 0.01, [weighting("baseline")], dataset="cub200")
+    table = build_table(load(runs))
+    assert [(row.algorithm, row.scheme) for row in table.rows] == [
+        (EUCLIDEAN, "baseline"),
+        (EUCLIDEAN, "curriculum (offline)"),
+        (EUCLIDEAN, "uniform (offline)"),
+        (EUCLIDEAN, "easy (online)"),
+        (EUCLIDEAN, "hard (online)"),
+        (EUCLIDEAN, "uniform (online)"),
+        ("MAML", "baseline"),
+        ("MAML", "uniform (online)"),
+    ]
+    assert table.columns == [MINI_1S, CUB_1S]
+    assert CUB_1S.label == "CUB-200, Conv-4, 5-way 1-shot"
+
+
+def test_markdown(runs: Path) -> None:
+    lines = build_table(load(runs)).to_markdown().splitlines()
+    assert lines[0] == "| Algorithm | Sampling | Mini-ImageNet, Conv-4, 5-way 1-shot |"
+    assert lines[1] == "|---|---|---:|"
+    assert lines[2] == "| ProtoNet (Euclidean) | baseline | 50.00 ± 0.80 |"
+    assert "|  | uniform (offline) | **51.00 ± 0.50**† |" in lines
+    assert "|  | hard (online) | 49.00 ± 0.20† |" in lines
+    assert "| MAML | baseline | 47.00 ± 1.00 |" in lines
+    assert any(line.startswith("Mean test accuracy (%) ± 95% confidence interval") for line in lines)
+
+
+def test_seeds_are_combined(tmp_path: Path) -> None:
+    for seed, accuracy in enumerate((0.60, 0.62, 0.64)):
+        write_run(tmp_path / f"seed{seed}", accuracy, 0.006, None, distance="cosine", shots=5, seed=seed)
+    (cell,) = build_table(load(tmp_path)).cells.values()
+    # sd = 0.02; half-width = sqrt(0.006^2 + (1.96 * 0.02 / sqrt(3))^2) = sqrt(3.6e-5 + 5.12213e-4)
+    assert cell.seeds == 3
+    assert cell.mean == pytest.approx(0.62)
+    assert cell.seed_sd == pytest.approx(0.02)
+    assert cell.ci95 == pytest.approx(math.sqrt(0.000036 + 0.000512213), rel=1e-5)
+    assert cell.ci95 == pytest.approx(0.0234139, abs=1e-6)
+    row = build_table(load(tmp_path)).to_markdown().splitlines()[2]
+    assert row == "| ProtoNet (cosine) | baseline | **62.00 ± 2.34** (sd 2.00, 3 seeds) |"
+    assert build_table(load(tmp_path)).columns == [MINI_5S]
+
+
+def test_one_seed_tested_twice_counts_once(tmp_path: Path) -> None:
+    write_run(tmp_path / "version_0", 0.50, 0.01, None, mtime=1_000)
+    write_run(tmp_path / "version_1", 0.55, 0.01, None, mtime=2_000)
+    write_run(tmp_path / "version_2", 0.60, 0.01, None, seed=1, mtime=1_500)
+    with pytest.warns(UserWarning, match="one seed of one cell"):
+        (cell,) = build_table(load(tmp_path)).cells.values()
+    assert cell.seeds == 2
+    assert cell.mean == pytest.approx((0.55 + 0.60) / 2)  # the newer record of seed 0
+
+
+def test_sampling_scheme_from_the_saved_config() -> None:
+    assert sampling_scheme({}) == ("baseline", None)
+    assert sampling_scheme({"trainer": {"callbacks": [CHECKPOINT]}}) == ("baseline", None)
+    assert sampling_scheme({"trainer": {"callbacks": [CHECKPOINT, weighting("hard", "offline")]}}) == (
+        "hard",
+        "offline",
+    )
+    assert sampling_scheme({"trainer": {"callbacks": weighting("baseline", "offline")}}) == ("baseline", None)
+    custom = weighting({"class_path": "my_project.targets.Triangular", "init_args": {}})
+    assert sampling_scheme({"trainer": {"callbacks": [custom]}}) == ("Triangular", "online")
+    # a subclass of the callback is recognised by its arguments; missing ones take the callback's defaults
+    subclass = {"class_path": "my_project.MyWeighting", "init_args": {"target": "easy", "proposal": "online"}}
+    assert sampling_scheme({"trainer": {"callbacks": [subclass]}}) == ("easy", "online")
+    bare = {"class_path": "lightning_episodes.callbacks.DifficultyWeightingCallback"}
+    assert sampling_scheme({"trainer": {"callbacks": [bare]}}) == ("uniform", "online")
+
+
+def test_record_fields_take_precedence(tmp_path: Path) -> None:
+    path = write_run(
+        tmp_path / "a", 0.5, 0.01, [weighting("uniform")], sampling={"target": "hard", "proposal": "offline"}
+    )
+    assert read_result(path).row == Row(EUCLIDEAN, "hard", "offline")
+    path = write_run(tmp_path / "b", 0.5, 0.01, [weighting("uniform")], seed=3)
+    assert read_result(path).seed == (3, 0)  # (seed_everything, data seed)
+    path.write_text(json.dumps({**json.loads(path.read_text()), "seed": 7}))
+    assert read_result(path).seed == (7, 0)
+
+
+def test_without_a_config_the_scheme_is_unknown(tmp_path: Path) -> None:
+    path = write_run(tmp_path / "bare", 0.5, 0.01, config=False)
+    with pytest.warns(UserWarning, match="sampling scheme is unknown"):
+        result = read_result(path)
+    assert result.row.scheme == "unknown"
+    assert result.seed is None
+
+
+def test_csv(runs: Path) -> None:
+    lines = list(csv.DictReader(io.StringIO(build_table(load(runs)).to_csv())))
+    assert len(lines) == 8
+    first = lines[0]
+    assert first["algorithm"] == EUCLIDEAN
+    assert first["target"] == "baseline"
+    assert first["proposal"] == ""
+    assert (first["dataset"], first["backbone"], first["ways"], first["shots"]) == ("mini-imagenet", "conv4", "5", "1")
+    assert float(first["accuracy_pct"]) == pytest.approx(50.0)
+    assert float(first["ci95_pct"]) == pytest.approx(0.8)
+    assert (first["seeds"], first["seed_sd_pct"], first["episodes"]) == ("1", "", "1000")
+    uniform = next(line for line in lines if line["target"] == "uniform" and line["proposal"] == "offline")
+    assert (uniform["bold"], uniform["matches_baseline"]) == ("1", "1")
+
+
+def test_command(runs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (runs / "broken").mkdir()
+    (runs / "broken" / "test_results.json").write_text("{not json")
+    with pytest.warns(UserWarning, match="skipping"):
+        code = main([str(runs), "--markdown", str(tmp_path / "out/table.md"), "--csv", str(tmp_path / "out/t.csv")])
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert printed == (tmp_path / "out/table.md").read_text()
+    assert "**52.00 ± 0.80**†" in printed
+    (runs / "broken" / "test_results.json").unlink()
+    assert (tmp_path / "out/t.csv").read_text() == build_table(load(runs)).to_csv()
+
+
+def test_command_without_results(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([str(tmp_path)]) == 1
+    assert "no test_results.json" in capsys.readouterr().err
+
+
+@pytest.mark.filterwarnings("ignore:.*found in sys.modules:RuntimeWarning")
+def test_runs_as_a_module(runs: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(sys, "argv", ["report", str(runs), "--bold-within", "scenario"])
+    with pytest.raises(SystemExit) as exit_info:
+        runpy.run_module("lightning_episodes.analysis.report", run_name="__main__")
+    assert exit_info.value.code == 0
+    assert "| MAML | baseline | **47.00 ± 1.00** |" in capsys.readouterr().out
