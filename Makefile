@@ -1,0 +1,21 @@
+# The README's two commands: `make quickstart` and `make test`. Both set everything up first
+# (scripts/setup.sh is idempotent: a second run returns at once).
+VENV ?= .venv
+BIN := $(VENV)/bin
+
+.PHONY: setup quickstart test lint bench
+
+setup:
+	bash scripts/setup.sh
+
+quickstart: setup
+	$(BIN)/lightning-episodes fit --config configs/quickstart.yaml
+	$(BIN)/lightning-episodes test --config configs/quickstart.yaml --ckpt_path best
+
+lint: setup
+	$(BIN)/ruff check lightning_episodes tests benchmarks
+	$(BIN)/ruff format --check lightning_episodes tests benchmarks
+	$(BIN)/mypy
+
+test: lint
+	$(BIN)/pytest --doctest-modules lightning_episodes tests

@@ -1,0 +1,273 @@
+"""EpisodicModule: the base LightningModule. Subclasses implement one method, ``episode_losses``."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar, Literal, Protocol
+
+import pytorch_lightning as pl
+import torch
+from pytorch_lightning.cli import LRSchedulerCallable, OptimizerCallable
+from pytorch_lightning.utilities import rank_zero_only
+from torch import Tensor
+from typing_extensions import override
+
+from lightning_episodes.algorithms.metrics import EpisodeMeanCI
+from lightning_episodes.data.episode import Episode
+from lightning_episodes.models import set_eval_batch_norm
+from lightning_episodes.weighting import WeightedLoss, weighted_loss
+
+EvalBatchNorm = Literal["running", "episode"]
+
+
+@dataclass
+class EpisodeOutput:
+    """What ``episode_losses`` returns for a batch of ``B`` episodes.
+
+    Args:
+        losses: ``[B]`` each episode's training loss: the mean query cross-entropy (plus any regulariser);
+            the importance weights multiply it.
+        accuracies: ``[B]`` each episode's query accuracy.
+        difficulties: ``[B]`` each episode's difficulty Ω (default: ``losses``); FEAT, for instance, uses
+            its main cross-entropy without the regulariser.
+    """
+
+    losses: Tensor
+    accuracies: Tensor
+    difficulties: Tensor | None = None
+
+    @property
+    def difficulty(self) -> Tensor:
+        return (self.losses if self.difficulties is None else self.difficulties).detach()
+
+
+class WeightingStrategy(Protocol):
+    """The seam through which importance weights reach the loss (``DifficultyWeightingCallback`` installs
+    itself as ``module.weighting``); without one, every weight is 1 and the loss is the plain mean."""
+
+    normalization: str
+
+    def episode_weights(self, module: EpisodicModule, batch: Episode, difficulties: Tensor) -> Tensor:
+        """``[B]`` detached, finite, non-negative weights for this rank's episodes of the step."""
+        ...
+
+
+def _plain(values: dict[str, Any]) -> dict[str, Any]:
+    """The JSON-friendly (scalar) entries of a hyper-parameter dict."""
+    return {k: v for k, v in values.items() if isinstance(v, int | float | str | bool) or v is None}
+
+
+def default_optimizer(params: Any) -> torch.optim.Optimizer:
+    """Adam with learning rate 1e-3, the paper's optimiser."""
+    return torch.optim.Adam(params, lr=1e-3)
+
+
+class EpisodicModule(pl.LightningModule):
+    """Base class of every episodic algorithm.
+
+    A subclass implements :meth:`episode_losses`; this class turns it into the training loss (the
+    ESS-normalised importance-weighted estimator of DESIGN.md, exact under DDP), logging, evaluation
+    (mean accuracy ± 95% CI over episodes, synchronised across devices) and the optimiser.
+
+    Args:
+        optimizer: the optimiser factory, e.g. ``torch.optim.SGD`` from YAML (default: Adam, lr 1e-3).
+        lr_scheduler: an optional scheduler factory, stepped every optimiser step.
+        eval_batch_norm: batch-norm statistics at evaluation: ``running`` (the running buffers) or
+            ``episode`` (each episode's own inputs). Evaluation never changes the model in either mode.
+    """
+
+    #: algorithms that adapt with gradients during evaluation (MAML, ANIL) set this to True
+    requires_grad_in_evaluation: ClassVar[bool] = False
+
+    def __init__(
+        self,
+        optimizer: OptimizerCallable = default_optimizer,
+        lr_scheduler: LRSchedulerCallable | None = None,
+        eval_batch_norm: EvalBatchNorm = "running",
+    ) -> None:
+        super().__init__()
+        if eval_batch_norm not in ("running", "episode"):
+            raise ValueError(f"model.eval_batch_norm must be 'running' or 'episode', got {eval_batch_norm!r}")
+        self.optimizer, self.lr_scheduler = optimizer, lr_scheduler
+        self.eval_batch_norm = eval_batch_norm
+        self.weighting: WeightingStrategy | None = None
+        #: dataset and episode shape of the training run this model comes from (restored from checkpoints)
+        self.trained_on: dict[str, Any] | None = None
+        self.val_accuracy, self.test_accuracy = EpisodeMeanCI(), EpisodeMeanCI()
+        self.val_loss, self.test_loss = EpisodeMeanCI(), EpisodeMeanCI()
+
+    # -- the one method subclasses implement -------------------------------------------------------------
+    def episode_losses(self, batch: Episode) -> EpisodeOutput:
+        """Per-episode losses and accuracies of ``batch`` (the query cross-entropy of each episode)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement episode_losses(batch)")
+
+    def _output(self, batch: Episode) -> EpisodeOutput:
+        out = self.episode_losses(batch)
+        if isinstance(out, tuple):  # a (losses, accuracies) pair is accepted for brevity
+            out = EpisodeOutput(*out)
+        return out
+
+    # -- training ------------------------------------------------------------------------------------------
+    def _sum_over_ranks(self, x: Tensor) -> Tensor:
+        # a collective: called on every rank (DDPStrategy.reduce defaults to "mean", hence reduce_op)
+        return self.trainer.strategy.reduce(x, reduce_op="sum")
+
+    @override
+    def training_step(self, batch: Episode, batch_idx: int) -> dict[str, Any]:
+        out = self._output(batch)
+        difficulties = out.difficulty
+        if self.weighting is None:
+            weights = torch.ones_like(difficulties)
+            normalization = "ess"
+        else:
+            weights = self.weighting.episode_weights(self, batch, difficulties)
+            normalization = self.weighting.normalization
+        result = weighted_loss(
+            out.losses,
+            weights,
+            normalization=normalization,
+            reduce=self._sum_over_ranks,
+            world_size=self.trainer.world_size,
+        )
+        self._log_training(out, result)
+        return {
+            "loss": result.loss,
+            "difficulties": difficulties,
+            "weights": weights.detach(),
+            "weighted": result,
+        }
+
+    def _log_training(self, out: EpisodeOutput, result: WeightedLoss) -> None:
+        finite = torch.isfinite(out.losses.detach())
+        mean_loss = out.losses.detach()[finite].mean() if finite.any() else out.losses.new_tensor(float("nan"))
+        self.log("train/loss", mean_loss, prog_bar=True, sync_dist=True, batch_size=len(out.losses))
+        self.log("train/acc", out.accuracies.float().mean(), sync_dist=True, batch_size=len(out.losses))
+
+    # -- evaluation ----------------------------------------------------------------------------------------
+    @override
+    def setup(self, stage: str) -> None:
+        if self.requires_grad_in_evaluation:
+            # adaptation needs autograd: evaluate under no_grad + enable_grad instead of inference_mode,
+            # so users need no Trainer flag
+            for loop in (self.trainer.validate_loop, self.trainer.test_loop):
+                loop.inference_mode = False
+
+    def _evaluate(self, batch: Episode, accuracy: EpisodeMeanCI, loss: EpisodeMeanCI) -> EpisodeOutput:
+        with torch.enable_grad() if self.requires_grad_in_evaluation else torch.no_grad():
+            out = self._output(batch)
+        accuracy.update(out.accuracies)
+        loss.update(out.losses.detach())
+        return out
+
+    @override
+    def on_validation_model_eval(self) -> None:
+        super().on_validation_model_eval()
+        set_eval_batch_norm(self, self.eval_batch_norm)
+
+    @override
+    def on_test_model_eval(self) -> None:
+        super().on_test_model_eval()
+        set_eval_batch_norm(self, self.eval_batch_norm)
+
+    @override
+    def validation_step(self, batch: Episode, batch_idx: int) -> None:
+        self._evaluate(batch, self.val_accuracy, self.val_loss)
+
+    @override
+    def test_step(self, batch: Episode, batch_idx: int) -> None:
+        self._evaluate(batch, self.test_accuracy, self.test_loss)
+
+    def _log_evaluation(self, stage: str, accuracy: EpisodeMeanCI, loss: EpisodeMeanCI) -> dict[str, float]:
+        mean, ci, count = accuracy.compute()  # sums over ranks: identical everywhere, no sync_dist needed
+        results = {
+            f"{stage}/acc": float(mean),
+            f"{stage}/acc_ci95": float(ci),
+            f"{stage}/loss": float(loss.compute()[0]),
+            f"{stage}/episodes": float(count),
+        }
+        self.log_dict(results, prog_bar=stage == "val")
+        # states re-created under inference mode would be read-only in a later no-grad evaluation
+        with torch.inference_mode(False):
+            accuracy.reset()
+            loss.reset()
+        return results
+
+    @override
+    def on_validation_epoch_end(self) -> None:
+        self._log_evaluation("val", self.val_accuracy, self.val_loss)
+
+    @override
+    def on_test_epoch_end(self) -> None:
+        results = self._log_evaluation("test", self.test_accuracy, self.test_loss)
+        self._write_test_results(results)
+
+    @rank_zero_only
+    def _write_test_results(self, results: dict[str, float]) -> None:
+        """A machine-readable record of the test run in the logger's folder (read by ``lightning-episodes report``)."""
+        if self.trainer.logger is None or self.trainer.log_dir is None:
+            return
+        hparams = _plain(dict(self.hparams))
+        datamodule = getattr(self.trainer, "datamodule", None)
+        data = _plain(dict(datamodule.hparams)) if datamodule is not None and hasattr(datamodule, "hparams") else {}
+        sampling = next(
+            (
+                {"target": str(cb.target_name), "proposal": str(cb.proposal)}
+                for cb in self.trainer.callbacks  # type: ignore[attr-defined]
+                if hasattr(cb, "target_name") and hasattr(cb, "proposal")
+            ),
+            None,
+        )
+        seed = os.environ.get("PL_GLOBAL_SEED")
+        record = {
+            "algorithm": type(self).__name__,
+            "accuracy": results["test/acc"],
+            "ci95": results["test/acc_ci95"],
+            "loss": results["test/loss"],
+            "episodes": int(results["test/episodes"]),
+            "eval_batch_norm": self.eval_batch_norm,
+            "global_step": self.trainer.global_step,
+            "ckpt_path": self.trainer.ckpt_path,
+            "seed": None if seed is None else int(seed),
+            "sampling": sampling,
+            "trained_on": self.trained_on,
+            "hparams": hparams,
+            "data": data,
+            # identifies the scenario: the same model and data settings give the same hash
+            "config_hash": hashlib.sha256(json.dumps([hparams, data], sort_keys=True).encode()).hexdigest()[:16],
+        }
+        path = Path(self.trainer.log_dir) / "test_results.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(record, indent=2, sort_keys=True))
+
+    # -- checkpoints ----------------------------------------------------------------------------------------
+    @override
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        # what a later run needs without the config: the concrete class, and the data the model was trained
+        # on (an offline reference must match the number of ways; reports name the training dataset)
+        cls = type(self)
+        info: dict[str, Any] = {"class_path": f"{cls.__module__}.{cls.__qualname__}", **(self.trained_on or {})}
+        datamodule = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
+        if datamodule is not None and self.trainer.state.fn == "fit":
+            for key in ("dataset", "ways", "shots", "queries"):
+                value = getattr(datamodule, key if key != "dataset" else "dataset_name", None)
+                if isinstance(value, int | str):
+                    info[key] = value
+        checkpoint["lightning_episodes"] = info
+
+    @override
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        info = checkpoint.get("lightning_episodes") or {}
+        self.trained_on = {k: v for k, v in info.items() if k != "class_path"} or None
+
+    # -- optimisation ---------------------------------------------------------------------------------------
+    @override
+    def configure_optimizers(self) -> Any:
+        optimizer = self.optimizer(self.parameters())
+        if self.lr_scheduler is None:
+            return optimizer
+        scheduler = self.lr_scheduler(optimizer)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}

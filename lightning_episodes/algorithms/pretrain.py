@@ -1,0 +1,118 @@
+"""Plain classification pre-training of a backbone on all training classes (FEAT's initialisation)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from pytorch_lightning.cli import LRSchedulerCallable, OptimizerCallable
+from torch import Tensor, nn
+from typing_extensions import override
+
+from lightning_episodes.algorithms.base import EpisodeOutput, EpisodicModule, EvalBatchNorm
+from lightning_episodes.algorithms.protonet import prototypes, query_loss
+from lightning_episodes.data.episode import Episode
+from lightning_episodes.models import build_backbone, feature_size
+
+
+def pretrain_optimizer(params: Any) -> torch.optim.Optimizer:
+    """FEAT's ResNet-12 pre-training optimiser: SGD, lr 0.1, Nesterov momentum 0.9, weight decay 5e-4."""
+    return torch.optim.SGD(params, lr=0.1, momentum=0.9, nesterov=True, weight_decay=5e-4)
+
+
+class Pretrain(EpisodicModule):
+    """A backbone trained as a ``num_classes``-way classifier over the training classes.
+
+    FEAT (Ye et al., CVPR 2020) and most recent few-shot methods start meta-training from such a
+    backbone (Chen et al., ICLR 2019). Training reuses the episodic data module: every image of a training
+    batch (support and query alike) is classified among all training classes by a linear layer, so an
+    "episode" of ``ways`` = all training classes with ``shots + queries`` = 2 is a class-balanced
+    mini-batch. Validation and test score the backbone as FEAT's pre-training does, by nearest Euclidean
+    prototype on the evaluation episodes, so ``ModelCheckpoint(monitor="val/acc")`` selects the
+    backbone that transfers best. Pass the best checkpoint to ``FEAT(backbone_checkpoint=...)``.
+
+    Example (the protocol in ``configs/feat/pretrain_resnet12.yaml``)::
+
+        lightning-episodes fit --config configs/feat/pretrain_resnet12.yaml --data.dataset mini-imagenet
+
+    Args:
+        backbone: registered backbone name (default ``resnet12-wide``, FEAT's ResNet-12).
+        backbone_options: extra backbone arguments.
+        in_channels: image channels (linked from ``data.channels`` by the CLI).
+        image_size: image height and width (linked from ``data.image_size`` by the CLI).
+        num_classes: number of training classes; default: read from the data module's training split
+            when fitting starts (it is then saved, so the checkpoint reloads without it).
+        optimizer: optimiser factory (default SGD, lr 0.1, Nesterov momentum 0.9, weight decay 5e-4).
+        lr_scheduler: optional scheduler factory, stepped every optimiser step.
+        eval_batch_norm: ``running`` (default) or ``episode`` batch-norm statistics at evaluation.
+
+    Raises:
+        ValueError: on a non-positive ``num_classes``, an unknown backbone or an image too small for it;
+            when fitting, if ``num_classes`` disagrees with the training split.
+    """
+
+    def __init__(
+        self,
+        backbone: str = "resnet12-wide",
+        backbone_options: dict[str, Any] | None = None,
+        in_channels: int = 1,
+        image_size: int = 28,
+        num_classes: int | None = None,
+        optimizer: OptimizerCallable = pretrain_optimizer,
+        lr_scheduler: LRSchedulerCallable | None = None,
+        eval_batch_norm: EvalBatchNorm = "running",
+    ) -> None:
+        super().__init__(optimizer, lr_scheduler, eval_batch_norm)
+        if num_classes is not None and num_classes <= 0:
+            raise ValueError(f"model.num_classes must be > 0, got {num_classes}")
+        self.save_hyperparameters(ignore=["optimizer", "lr_scheduler"])
+        try:
+            self.backbone = build_backbone(backbone, in_channels, image_size, **(backbone_options or {}))
+        except ValueError as error:
+            raise ValueError(f"model.backbone: {error}") from None
+        self.feature_dim = feature_size(self.backbone, in_channels, image_size)
+        self.classifier: nn.Linear | None = None if num_classes is None else nn.Linear(self.feature_dim, num_classes)
+        # global class id -> classifier row; rebuilt from the data module when fitting
+        self.class_rows: Tensor
+        self.register_buffer("class_rows", torch.empty(0, dtype=torch.long), persistent=False)
+
+    @override
+    def setup(self, stage: str) -> None:
+        super().setup(stage)
+        data = getattr(getattr(self.trainer, "datamodule", None), "data", None)
+        if stage != "fit" or data is None:
+            return
+        classes = torch.as_tensor(data.splits["train"], dtype=torch.long)
+        if self.classifier is None:
+            self.classifier = nn.Linear(self.feature_dim, len(classes))
+            self.hparams["num_classes"] = len(classes)  # saved with the checkpoint
+        elif self.classifier.out_features != len(classes):
+            raise ValueError(
+                f"model.num_classes={self.classifier.out_features} but the training split has {len(classes)} classes"
+            )
+        rows = torch.full((int(classes.max()) + 1,), -1, dtype=torch.long)
+        rows[classes] = torch.arange(len(classes))
+        self.class_rows = rows.to(self.class_rows.device)
+
+    def classification(self, features: Tensor, classes: Tensor) -> tuple[Tensor, Tensor]:
+        """Per-episode cross-entropy and accuracy of ``features`` ``[B, N, D]`` of global ``classes`` ``[B, N]``."""
+        if self.classifier is None or len(self.class_rows) == 0:
+            raise RuntimeError("Pretrain learns the training classes of the data module: fit it with a Trainer")
+        return query_loss(self.classifier(features), self.class_rows[classes])
+
+    @override
+    def episode_losses(self, batch: Episode) -> EpisodeOutput:
+        n_support = batch.support.shape[1]
+        features = self.backbone(torch.cat([batch.support, batch.query], 1))
+        if self.training:
+            labels = torch.cat([batch.support_labels, batch.query_labels], 1)
+            return EpisodeOutput(*self.classification(features, batch.identity.classes.gather(1, labels)))
+        protos = prototypes(features[:, :n_support], batch.ways)
+        logits = -(features[:, n_support:, None] - protos[:, None]).pow(2).sum(-1)
+        return EpisodeOutput(*query_loss(logits, batch.query_labels))
+
+    @override
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        # a checkpoint saved after the classifier was built lazily: build it before the weights load
+        if self.classifier is None and "classifier.weight" in checkpoint.get("state_dict", {}):
+            self.classifier = nn.Linear(self.feature_dim, checkpoint["state_dict"]["classifier.weight"].shape[0])

@@ -1,0 +1,47 @@
+"""Small builders shared by the Trainer-level tests."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytorch_lightning as pl
+from pytorch_lightning.strategies import DDPStrategy
+
+from lightning_episodes import EpisodicDataModule
+
+
+def tiny_datamodule(**overrides: Any) -> EpisodicDataModule:
+    options: dict[str, Any] = {
+        "dataset": "tiny",
+        "ways": 5,
+        "shots": 2,
+        "queries": 3,
+        "episodes_per_batch": 4,
+        "val_episodes": 30,
+        "test_episodes": 30,
+        "image_size": 16,
+        "seed": 0,
+    }
+    options.update(overrides)
+    return EpisodicDataModule(**options)
+
+
+def tiny_trainer(devices: int = 1, **overrides: Any) -> pl.Trainer:
+    options: dict[str, Any] = {
+        "accelerator": "cpu",
+        "devices": devices,
+        "max_steps": 6,
+        "val_check_interval": 3,
+        "check_val_every_n_epoch": None,
+        "logger": False,
+        "enable_checkpointing": False,
+        "enable_progress_bar": False,
+        "enable_model_summary": False,
+        "deterministic": True,
+    }
+    if devices > 1:
+        # fork starts in ~0.2 s and works inside pytest; a short timeout turns a hang into a failure
+        options["strategy"] = DDPStrategy(start_method="fork", timeout=timedelta(seconds=60))
+    options.update(overrides)
+    return pl.Trainer(**options)

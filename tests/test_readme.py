@@ -1,0 +1,67 @@
+"""The README is the contract: its commands and its Python examples run as written."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text()
+BIN = Path(sys.executable).parent
+
+
+def _blocks(language: str) -> list[str]:
+    return re.findall(rf"```{language}\n(.*?)```", README, flags=re.DOTALL)
+
+
+def _makefile_recipe(target: str) -> list[str]:
+    text = (ROOT / "Makefile").read_text()
+    match = re.search(rf"^{target}:.*?\n((?:\t.*\n)+)", text, flags=re.MULTILINE)
+    assert match, f"Makefile has no {target} target"
+    return [line.strip().replace("$(BIN)/", ".venv/bin/") for line in match.group(1).splitlines()]
+
+
+def test_ci_runs_exactly_the_readme_test_command() -> None:
+    assert "make test " in README or "make test\n" in README
+    ci = [line for line in (ROOT / ".ci/run").read_text().splitlines() if line and not line.startswith(("#", "set ", "cd "))]
+    assert ci == ["make test"]
+
+
+def test_quickstart_commands_in_the_readme_are_what_make_quickstart_runs() -> None:
+    shown = [line.strip() for block in _blocks("bash") for line in block.splitlines()]
+    for command in _makefile_recipe("quickstart"):
+        assert command in shown, f"README does not show the quickstart step {command!r}"
+
+
+@pytest.mark.slow
+def test_quickstart_runs_through_the_console_script(tmp_path: Path) -> None:
+    """The README's fit + test commands, on the real glyphs data, with a few steps."""
+    config = yaml.safe_load((ROOT / "configs/quickstart.yaml").read_text())
+    config["trainer"]["default_root_dir"] = str(tmp_path)
+    config["trainer"]["logger"]["init_args"]["save_dir"] = str(tmp_path)
+    config["trainer"]["callbacks"][0]["init_args"]["dirpath"] = str(tmp_path / "checkpoints")
+    (tmp_path / "quickstart.yaml").write_text(yaml.safe_dump(config))
+    small = ["--trainer.max_steps=6", "--trainer.val_check_interval=3", "--data.val_episodes=20", "--data.test_episodes=20"]
+    for command in _makefile_recipe("quickstart"):
+        argv = shlex.split(command.replace("configs/quickstart.yaml", str(tmp_path / "quickstart.yaml")))
+        argv[0] = str(BIN / Path(argv[0]).name)
+        done = subprocess.run([*argv, *small], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+    assert "test/acc" in done.stdout
+    assert (tmp_path / "checkpoints" / "last.ckpt").is_file()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("index", range(len(_blocks("python"))))
+def test_python_examples_run(index: int, tmp_path: Path) -> None:
+    code = _blocks("python")[index]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
