@@ -17,18 +17,20 @@ from lightning_episodes.data.datamodule import EpisodicDataModule
 
 
 class EpisodicCLI(LightningCLI):
-    """LightningCLI with the data module's image shape linked into the model.
+    """LightningCLI with the data module's image shape and ways linked into the model.
 
-    ``data.channels`` and ``data.image_size`` are the single source of the input shape, so a model is
-    always built for the images it will see.
+    ``data.channels``, ``data.image_size`` and ``data.ways`` are the single source of the input shape and
+    the number of classes, so a model is always built for the episodes it will see. There is no default
+    model: ``--model ProtoNet`` (or a config's ``model.class_path``) picks one with its own defaults.
     """
 
     def add_arguments_to_parser(self, parser: Any) -> None:
         parser.link_arguments("data.init_args.channels", "model.init_args.in_channels")
         parser.link_arguments("data.init_args.image_size", "model.init_args.image_size")
+        # the head of MAML/ANIL has one output per class; algorithms without `ways` ignore the link
+        parser.link_arguments("data.init_args.ways", "model.init_args.ways")
         parser.set_defaults(
             {
-                "model": {"class_path": "lightning_episodes.algorithms.ProtoNet"},
                 "data": {"class_path": "lightning_episodes.data.EpisodicDataModule"},
             }
         )

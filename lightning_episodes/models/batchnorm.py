@@ -157,6 +157,10 @@ class EpisodicBatchNorm2d(nn.Module):
         count = 1 if episodes is None else episodes
         if count <= 0 or x.shape[0] % count != 0:
             raise ValueError(f"episodes={episodes} must be positive and divide the batch size {x.shape[0]}")
+        if count == 1 and not (self.training and running) and x[:, 0].numel() > 1:
+            # One episode and no buffer to update (MAML/ANIL forward episodes one by one): PyTorch's fused
+            # kernel is exactly nn.BatchNorm2d and 2-3× faster, double backward included.
+            return F.batch_norm(x, None, None, self.weight, self.bias, True, 0.0, self.eps)
         return self._per_episode(x.unflatten(0, (count, -1))).flatten(0, 1)
 
     def _per_episode(self, x: Tensor) -> Tensor:

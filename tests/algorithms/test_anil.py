@@ -14,7 +14,7 @@ import torch.nn.functional as F
 import lightning_episodes.algorithms.anil as anil_module
 from lightning_episodes.algorithms import ANIL
 from lightning_episodes.data.episode import Episode
-from tests.algorithms.test_maml import CLI_DEFAULT_LEAKS, HIDDEN, build_cli, our_gradients, random_episodes
+from tests.algorithms.test_maml import HIDDEN, build_cli, our_gradients, random_episodes
 from tests.helpers import tiny_datamodule, tiny_trainer
 
 l2l = pytest.importorskip("learn2learn")
@@ -144,7 +144,6 @@ def test_yaml_config_builds_the_model(config: str, backbone: str) -> None:
     assert (cli.model.adaptation_steps, cli.model.adaptation_lr) == (5, 0.1)
 
 
-@CLI_DEFAULT_LEAKS
 def test_short_name_selects_anil_with_its_own_defaults() -> None:
     cli = build_cli("--model", "ANIL", "--model.adaptation_steps", "2")
     assert isinstance(cli.model, ANIL)

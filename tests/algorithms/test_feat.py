@@ -228,10 +228,6 @@ def test_yaml_configs_follow_the_official_protocol(protocol: str) -> None:
     assert optimizer.param_groups[0]["weight_decay"] == 5e-4
 
 
-@pytest.mark.xfail(
-    reason="cli.py's default model (ProtoNet) carries its init_args (backbone, optimizer) into --model FEAT",
-    strict=True,
-)
 def test_short_name_selects_feat_with_its_own_defaults() -> None:
     cli = build_cli("--model", "FEAT", "--model.balance", "0.1")
     assert isinstance(cli.model, FEAT)

@@ -226,13 +226,6 @@ def test_yaml_config_builds_the_model(config: str, backbone: str) -> None:
     assert isinstance(cli.model.configure_optimizers(), torch.optim.Adam)
 
 
-CLI_DEFAULT_LEAKS = pytest.mark.xfail(
-    reason="cli.py's default model (ProtoNet) carries its init_args, e.g. eval_batch_norm='running', into --model X",
-    strict=True,
-)
-
-
-@CLI_DEFAULT_LEAKS
 def test_short_name_selects_maml_with_its_own_defaults() -> None:
     cli = build_cli("--model", "MAML", "--model.first_order", "true", "--model.backbone", "resnet12")
     assert isinstance(cli.model, MAML)
