@@ -30,7 +30,11 @@ def _makefile_recipe(target: str) -> list[str]:
 
 def test_ci_runs_exactly_the_readme_test_command() -> None:
     assert "make test " in README or "make test\n" in README
-    ci = [line for line in (ROOT / ".ci/run").read_text().splitlines() if line and not line.startswith(("#", "set ", "cd "))]
+    ci = [
+        line
+        for line in (ROOT / ".ci/run").read_text().splitlines()
+        if line and not line.startswith(("#", "set ", "cd "))
+    ]
     assert ci == ["make test"]
 
 
@@ -48,7 +52,12 @@ def test_quickstart_runs_through_the_console_script(tmp_path: Path) -> None:
     config["trainer"]["logger"]["init_args"]["save_dir"] = str(tmp_path)
     config["trainer"]["callbacks"][0]["init_args"]["dirpath"] = str(tmp_path / "checkpoints")
     (tmp_path / "quickstart.yaml").write_text(yaml.safe_dump(config))
-    small = ["--trainer.max_steps=6", "--trainer.val_check_interval=3", "--data.val_episodes=20", "--data.test_episodes=20"]
+    small = [
+        "--trainer.max_steps=6",
+        "--trainer.val_check_interval=3",
+        "--data.val_episodes=20",
+        "--data.test_episodes=20",
+    ]
     for command in _makefile_recipe("quickstart"):
         argv = shlex.split(command.replace("configs/quickstart.yaml", str(tmp_path / "quickstart.yaml")))
         argv[0] = str(BIN / Path(argv[0]).name)
@@ -63,5 +72,7 @@ def test_quickstart_runs_through_the_console_script(tmp_path: Path) -> None:
 def test_python_examples_run(index: int, tmp_path: Path) -> None:
     code = _blocks("python")[index]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900
+    )
     assert done.returncode == 0, done.stderr[-3000:]

@@ -75,6 +75,5 @@ def check_finite(array: np.ndarray, name: str) -> None:
     bad = int(np.count_nonzero(~np.isfinite(array)))
     if bad:
         raise ValueError(
-            f"`{name}` holds {bad} non-finite value(s) (NaN/inf); drop them first, "
-            f"e.g. values[np.isfinite(values)]"
+            f"`{name}` holds {bad} non-finite value(s) (NaN/inf); drop them first, e.g. values[np.isfinite(values)]"
         )

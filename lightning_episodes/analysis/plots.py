@@ -28,9 +28,7 @@ def _new_axes(figsize: tuple[float, float] = (5.0, 4.0)) -> Axes:
     return Figure(figsize=figsize, layout="constrained").add_subplot()
 
 
-def plot_density(
-    values: ArrayLike, ax: Axes | None = None, label: str | None = None, bins: int | str = "auto"
-) -> Axes:
+def plot_density(values: ArrayLike, ax: Axes | None = None, label: str | None = None, bins: int | str = "auto") -> Axes:
     """Histogram and KDE of the difficulties with the fitted normal N(μ, σ²) overlaid (§4.2).
 
     Draws a density histogram (patches), a Gaussian KDE line and the fitted normal's density line

@@ -235,7 +235,9 @@ class EpisodicDataModule(pl.LightningDataModule):
         if self.trainer is not None:
             training = self.trainer.training
             # the model's parameter dtype: float64 under precision="64-true", bf16 under "bf16-true"
-            dtype = self.trainer.lightning_module.dtype
+            module_dtype = self.trainer.lightning_module.dtype
+            if isinstance(module_dtype, torch.dtype):
+                dtype = module_dtype
         return self.assemble(batch, augment=self.augment and training, dtype=dtype)
 
     def assemble(

@@ -40,9 +40,7 @@ def test_rejection_rate_follows_alpha(normal_values: np.ndarray, alpha: float) -
     "make",
     [
         pytest.param(lambda rng: rng.exponential(size=2000), id="exponential"),
-        pytest.param(
-            lambda rng: np.concatenate([rng.normal(-3, 1, 1000), rng.normal(3, 1, 1000)]), id="bimodal"
-        ),
+        pytest.param(lambda rng: np.concatenate([rng.normal(-3, 1, 1000), rng.normal(3, 1, 1000)]), id="bimodal"),
         pytest.param(lambda rng: rng.lognormal(sigma=1.0, size=2000), id="lognormal"),
     ],
 )

@@ -54,9 +54,7 @@ def test_csv_round_trip_is_exact(tmp_path: Path, with_accuracy: bool) -> None:
     table = make_table(with_accuracy=with_accuracy)
     path = tmp_path / "difficulty.csv"
     table.write(path)
-    assert path.read_text().splitlines()[0] == (
-        "episode_id,classes,support_indices,query_indices,difficulty,accuracy"
-    )
+    assert path.read_text().splitlines()[0] == ("episode_id,classes,support_indices,query_indices,difficulty,accuracy")
     again = DifficultyTable.read(path)
     assert again == table
     np.testing.assert_array_equal(again.difficulty, table.difficulty)  # repr round-trips floats exactly
@@ -79,8 +77,7 @@ def test_awkward_floats_and_numpy_scalars_round_trip(tmp_path: Path) -> None:
 def test_read_ignores_extra_columns_and_accepts_missing_accuracy(tmp_path: Path) -> None:
     path = tmp_path / "t.csv"
     path.write_text(
-        "note,episode_id,classes,support_indices,query_indices,difficulty\n"
-        'x,3,"[1, 2]","[[5], [6]]","[[7], [8]]",0.5\n'
+        'note,episode_id,classes,support_indices,query_indices,difficulty\nx,3,"[1, 2]","[[5], [6]]","[[7], [8]]",0.5\n'
     )
     (record,) = DifficultyTable.read(path)
     assert record == EpisodeRecord(3, (1, 2), ((5,), (6,)), ((7,), (8,)), 0.5, None)

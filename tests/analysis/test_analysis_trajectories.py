@@ -132,8 +132,6 @@ def test_lines_cross_equals_brute_force(scores: np.ndarray, split: int) -> None:
     ]
     assert report.crossed == any(crossing_at)
     assert report.crossing_steps == tuple(t for t, c in enumerate(crossing_at) if c)
-    pairs = sum(
-        any(scores[t, i] > scores[t, j] for t in range(len(scores))) for i, j in itertools.product(easy, hard)
-    )
+    pairs = sum(any(scores[t, i] > scores[t, j] for t in range(len(scores))) for i, j in itertools.product(easy, hard))
     assert report.crossing_pairs == pairs
     assert report.margin == min(min(scores[t, hard]) - max(scores[t, easy]) for t in range(len(scores)))

@@ -44,8 +44,8 @@ def _args(tmp_path: Path, *extra: str) -> list[str]:
 
 
 def test_parse_without_running(tmp_path: Path) -> None:
-    from lightning_episodes.cli import EpisodicCLI
     from lightning_episodes.algorithms.base import EpisodicModule
+    from lightning_episodes.cli import EpisodicCLI
     from lightning_episodes.data.datamodule import EpisodicDataModule
 
     cli = EpisodicCLI(
@@ -60,32 +60,39 @@ def test_parse_without_running(tmp_path: Path) -> None:
     assert isinstance(cli.model, ProtoNet)
     assert cli.model.distance == "cosine"
     assert cli.datamodule.ways == 7
-    assert cli.model.hparams.in_channels == 3 and cli.model.hparams.image_size == 16
+    assert cli.model.hparams.in_channels == 3
+    assert cli.model.hparams.image_size == 16
 
 
 @pytest.mark.slow
 def test_fit_then_test_best_in_a_new_run(tmp_path: Path) -> None:
     main(["fit", *_args(tmp_path)])
     checkpoints = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
-    assert "last.ckpt" in checkpoints and any(name.startswith("best-") for name in checkpoints)
+    assert "last.ckpt" in checkpoints
+    assert any(name.startswith("best-") for name in checkpoints)
     cli = main(["test", *_args(tmp_path), "--ckpt_path=best"])
     metrics = cli.trainer.callback_metrics
     assert metrics["test/episodes"] == 12
     assert 0.0 <= float(metrics["test/acc"]) <= 1.0
     record = json.loads(next(tmp_path.rglob("test_results.json")).read_text())
-    assert record["episodes"] == 12 and record["algorithm"] == "ProtoNet"
+    assert record["episodes"] == 12
+    assert record["algorithm"] == "ProtoNet"
     assert record["eval_batch_norm"] == "running"
     assert record["accuracy"] == pytest.approx(float(metrics["test/acc"]))
-    assert record["sampling"] is None and record["seed"] == 0 and len(record["config_hash"]) == 16
+    assert record["sampling"] is None
+    assert record["seed"] == 0
+    assert len(record["config_hash"]) == 16
     assert record["trained_on"] == {"dataset": "tiny", "ways": 5, "shots": 2, "queries": 3}
-    assert record["ckpt_path"].endswith(".ckpt") and "best-" in record["ckpt_path"]
+    assert record["ckpt_path"].endswith(".ckpt")
+    assert "best-" in record["ckpt_path"]
     # the best checkpoint reloads through the concrete class with nothing passed again
     best = next((tmp_path / "checkpoints").glob("best-*.ckpt"))
     model = ProtoNet.load_from_checkpoint(best)
     assert model.hparams.image_size == 16
     # and through the generic loader, which reads the class from the checkpoint
     generic = load_episodic_module(best)
-    assert type(generic) is ProtoNet and generic.trained_on == record["trained_on"]
+    assert type(generic) is ProtoNet
+    assert generic.trained_on == record["trained_on"]
 
 
 def test_best_without_a_fit_is_a_clear_error(tmp_path: Path) -> None:

@@ -1,13 +1,5 @@
 """Datasets: each module registers a loader that returns an :class:`ImageDataset`."""
 
-from lightning_episodes.data.datasets.base import (
-    SPLITS,
-    ImageDataset,
-    available_datasets,
-    load_dataset,
-    register_dataset,
-)
-
 # importing a dataset module registers its loader (learn2learn itself is imported only to build a cache)
 from lightning_episodes.data.datasets import (  # noqa: E402, F401
     cub200,
@@ -17,6 +9,13 @@ from lightning_episodes.data.datasets import (  # noqa: E402, F401
     mini_imagenet,
     tiered_imagenet,
     vgg_flowers,
+)
+from lightning_episodes.data.datasets.base import (
+    SPLITS,
+    ImageDataset,
+    available_datasets,
+    load_dataset,
+    register_dataset,
 )
 
 __all__ = ["SPLITS", "ImageDataset", "available_datasets", "load_dataset", "register_dataset"]
