@@ -15,6 +15,7 @@ from typing import Any, Final, NamedTuple
 import pytorch_lightning as pl
 import torch
 from pytorch_lightning.callbacks import Callback
+from pytorch_lightning.loggers import TensorBoardLogger
 from pytorch_lightning.utilities import rank_zero_warn
 from torch import Tensor
 from typing_extensions import override
@@ -122,6 +123,8 @@ class DifficultyWeightingCallback(Callback):
         proposal: ``"online"`` or ``"offline"``.
         reference_checkpoint: the offline reference model's checkpoint (required for ``"offline"``).
         offline_episodes: training episodes the reference scores to fix ``mu, sigma^2`` offline.
+        histogram_every_n_steps: every N steps, the global batch's difficulties and weights go to
+            TensorBoard as histograms (``weighting/difficulties``, ``weighting/weights``); 0 turns it off.
         name: distinguishes the checkpointed state of several instances (see the tip).
 
     Raises:
@@ -153,6 +156,7 @@ class DifficultyWeightingCallback(Callback):
         proposal: str = "online",
         reference_checkpoint: str | Path | None = None,
         offline_episodes: int = 1000,
+        histogram_every_n_steps: int = 0,
         name: str = "",
     ) -> None:
         try:
@@ -181,6 +185,9 @@ class DifficultyWeightingCallback(Callback):
             )
         if not (_is_int(offline_episodes) and offline_episodes >= 2):
             raise _invalid("offline_episodes", offline_episodes, "an integer >= 2")
+        if not (_is_int(histogram_every_n_steps) and histogram_every_n_steps >= 0):
+            raise _invalid("histogram_every_n_steps", histogram_every_n_steps, "an integer >= 0")
+        self.histogram_every_n_steps = histogram_every_n_steps
         self.target_name = target if isinstance(target, str) else type(target).__name__
         self.support_sigmas, self.out_of_support = float(support_sigmas), out_of_support
         self.normalization, self.proposal = normalization, proposal
@@ -336,6 +343,7 @@ class DifficultyWeightingCallback(Callback):
                 + ("; further ones are only counted in weighting/nonfinite_episodes" if last else "")
             )
         self._log(pl_module, step, weighted)
+        self._log_histograms(trainer, step)
         if self.proposal == "online":
             self.estimator.update(difficulties)
 
@@ -363,6 +371,16 @@ class DifficultyWeightingCallback(Callback):
         for key, value in values.items():
             # identical on every rank already (computed from gathered or all-reduced values): no sync
             pl_module.log(f"weighting/{key}", value, on_step=True, on_epoch=False, sync_dist=False, batch_size=size)
+
+    def _log_histograms(self, trainer: pl.Trainer, step: WeightingStep) -> None:
+        """The global batch's difficulties and weights as TensorBoard histograms, every N steps."""
+        every = self.histogram_every_n_steps
+        if not every or step.step % every or not trainer.is_global_zero:
+            return
+        for logger in trainer.loggers:
+            if isinstance(logger, TensorBoardLogger):  # other loggers have no histograms
+                logger.experiment.add_histogram("weighting/difficulties", step.difficulties, step.step)
+                logger.experiment.add_histogram("weighting/weights", step.weights, step.step)
 
     # -- checkpointed state ---------------------------------------------------------------------------------------
     @override

@@ -348,3 +348,24 @@ def test_crash_and_resume_equals_an_uninterrupted_run(tmp_path: Path, target: st
     expected = straight.state_dict()
     for key, value in model.state_dict().items():
         assert torch.equal(value, expected[key]), key
+
+
+def test_histograms_of_difficulties_and_weights_go_to_tensorboard(tmp_path: Path) -> None:
+    from pytorch_lightning.loggers import TensorBoardLogger
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    callback = DifficultyWeightingCallback(warmup_steps=2, histogram_every_n_steps=2)
+    logger = TensorBoardLogger(tmp_path, name="tb")
+    trainer = tiny_trainer(max_steps=5, logger=logger, callbacks=[callback])
+    trainer.fit(ProtoNet(image_size=16), tiny_datamodule())
+    events = EventAccumulator(logger.log_dir, size_guidance={"histograms": 0})
+    events.Reload()
+    for tag in ("weighting/difficulties", "weighting/weights"):
+        histograms = events.Histograms(tag)
+        assert [h.step for h in histograms] == [0, 2, 4]
+        assert all(h.histogram_value.num == 4 for h in histograms), "one value per episode of the global batch"
+
+
+def test_histogram_interval_is_validated() -> None:
+    with pytest.raises(ValueError, match="histogram_every_n_steps"):
+        DifficultyWeightingCallback(histogram_every_n_steps=-1)
