@@ -170,17 +170,30 @@ class EpisodicBatchNorm2d(nn.Module):
             raise ValueError(
                 f"Expected more than 1 value per channel per episode when training, got input size {tuple(x.shape)}"
             )
-        # Low-precision inputs (autocast) get float32 statistics, as PyTorch's own batch norm computes them.
-        stats_input = x.float() if x.dtype in _LOW_PRECISION else x
-        var, mean = torch.var_mean(stats_input, dim=(1, 3, 4), correction=0)  # [B, C] each
-        scale = torch.rsqrt(var + self.eps)
-        if self.weight is not None:
-            scale = scale * self.weight
-        shift = -mean * scale
-        if self.bias is not None:
-            shift = shift + self.bias
-        # x * scale + shift in one kernel, the same arithmetic as PyTorch's CPU batch norm.
-        out = torch.addcmul(shift[:, None, :, None, None].to(x.dtype), x, scale[:, None, :, None, None].to(x.dtype))
+        channels_last = not x.is_contiguous() and x.flatten(0, 1).is_contiguous(memory_format=torch.channels_last)
+        if x.dtype in _LOW_PRECISION or channels_last:
+            # Low-precision inputs (autocast) get float32 statistics, as PyTorch's own batch norm computes them;
+            # composing the normalisation elementwise also keeps a channels_last layout.
+            var, mean = torch.var_mean(x.float(), dim=(1, 3, 4), correction=0)  # [B, C] each
+            scale = torch.rsqrt(var + self.eps)
+            if self.weight is not None:
+                scale = scale * self.weight
+            shift = -mean * scale
+            if self.bias is not None:
+                shift = shift + self.bias
+            out = torch.addcmul(shift[:, None, :, None, None].to(x.dtype), x, scale[:, None, :, None, None].to(x.dtype))
+        else:
+            # Episodes become channels: batch norm of [N, B*C, H, W] normalises each (episode, channel) over its
+            # own N, H, W, i.e. per-episode statistics, in PyTorch's fused kernel (forward, backward and
+            # double backward), several times faster than composing the statistics from elementwise ops.
+            b, n, c = x.shape[:3]
+            flat = x.transpose(0, 1).reshape(n, b * c, *x.shape[3:])
+            weight = None if self.weight is None else self.weight.repeat(b)
+            bias = None if self.bias is None else self.bias.repeat(b)
+            out, mean, invstd = torch.native_batch_norm(flat, weight, bias, None, None, True, 0.0, self.eps)
+            out = out.view(n, b, c, *x.shape[3:]).transpose(0, 1)
+            mean = mean.view(b, c)
+            var = (invstd.view(b, c).double().pow(-2) - self.eps).clamp_min(0).to(mean.dtype)
         if self.training:
             self._update_running_stats(mean.detach(), var.detach(), values)
         return out
