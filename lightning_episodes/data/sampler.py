@@ -82,10 +82,12 @@ def _first_distinct(draws: Tensor, k: int, n: int) -> tuple[Tensor, Tensor]:
     """The first ``k`` distinct values of each row of ``draws`` ``[..., m]`` (values in ``0..n-1``), and
     which rows have ``k`` of them (the others hold garbage)."""
     m = draws.shape[-1]
-    position = torch.arange(m, device=draws.device).expand_as(draws)
+    small = torch.int16 if m < 2**15 else torch.int64  # the n-slot table is the biggest tensor: keep it small
+    position = torch.arange(m, dtype=small, device=draws.device).expand_as(draws)
     # first[v] = position of the first draw of v: a draw is fresh if it is the first of its value
     # (a scatter over n slots is ~5x faster than comparing the m draws pairwise)
-    first = draws.new_full((*draws.shape[:-1], n), m).scatter_reduce_(-1, draws, position, "amin")
+    first = torch.full((*draws.shape[:-1], n), m, dtype=small, device=draws.device)
+    first.scatter_reduce_(-1, draws, position, "amin")
     fresh = first.gather(-1, draws) == position
     count = fresh.cumsum(-1)
     # the r-th fresh draw goes to slot r - 1; repeats and fresh draws beyond k go to a spare slot k
@@ -169,10 +171,11 @@ class EpisodeSampler:
         sample_width = self.sample_draws or self.table.shape[1]
         # one block of float64 uniforms per episode (53 random bits: no ties between keys in practice,
         # and floor(u * n) is uniform on 0..n-1 up to 2^-53)
-        uniforms = torch.empty(len(seeds), class_width + self.ways * sample_width, dtype=torch.float64)
+        width = class_width + self.ways * sample_width
         generator = torch.Generator()
-        for row, episode_seed in zip(uniforms, seeds, strict=True):
-            torch.rand(row.shape, generator=generator.manual_seed(episode_seed), dtype=torch.float64, out=row)
+        uniforms = torch.stack(
+            [torch.rand(width, generator=generator.manual_seed(s), dtype=torch.float64) for s in seeds]
+        )
         chosen = self._choose_classes(uniforms[:, :class_width], seeds)  # [B, ways] positions in self.classes
         sample_u = uniforms[:, class_width:].view(-1, self.ways, sample_width)
         picked = self._choose_samples(sample_u, chosen, seeds)  # [B, ways, k+q] positions within each class
