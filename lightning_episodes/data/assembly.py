@@ -61,7 +61,7 @@ class BufferPool:
                 and _references(buffer) <= free
             ):
                 self._buffers.append(self._buffers.pop(i))  # most recently used last
-                return buffer
+                return buffer[...]
         buffer = torch.empty(shape, dtype=dtype, memory_format=memory_format)
         if len(self._buffers) >= self.capacity:
             idle = [i for i, (b, free) in enumerate(self._buffers) if _references(b) <= free]
@@ -69,7 +69,8 @@ class BufferPool:
                 return buffer  # every kept buffer is in use: this one is not kept
             self._buffers.pop(idle[0])
         self._buffers.append((buffer, _references(buffer)))
-        return buffer
+        # a view, never the kept tensor itself: holding the kept tensor object would not count as a reference
+        return buffer[...]
 
     def clear(self) -> None:
         self._buffers = []
