@@ -92,7 +92,7 @@ def test_buffer_pool_never_overwrites_a_held_batch() -> None:
     assert torch.equal(decode_rows(keep), i1.query_indices[1].flatten())
     del keep
     e4 = a.gather(i1)
-    assert e4.support.data_ptr() == p1, "buffer 1 reused once free"
+    # (whether a freed buffer is reused is a speed matter, not asserted: only that held ones never are)
     ok(e4, i1)
     # float: autograd holds the input
     f = a.normalize(e4)
@@ -181,4 +181,4 @@ def test_buffer_pool_never_overwrites_a_held_batch() -> None:
     p1 = n1.support.data_ptr()
     del n1
     n3 = a.normalize(part)
-    assert n3.support.data_ptr() == p1, "freed buffer reused"
+    assert torch.equal(n3.support, keep_s)
