@@ -7,10 +7,12 @@ of every offline run. Per seed, this script runs (each a ``fit`` with ``--test_a
 
     <out>/<data>__<model>/seed<N>/baseline_online/      plain sampling (configs/sampling/baseline_online.yaml)
     <out>/<data>__<model>/seed<N>/<scheme>_offline/     --trainer.callbacks.reference_checkpoint <baseline's best>
-    <out>/<data>__<model>/seed<N>/<scheme>_online/      with --online
+    <out>/<data>__<model>/seed<N>/<scheme>_online/      with --online (--online-only: without the offline runs)
     <run>/cross_domain/<config name>/                   with --cross-domain: the run's best checkpoint tested there
 
-and skips every run that already has a ``test_results.json`` (rerun it to resume a campaign). Then::
+``--seed_everything`` and ``--data.train_seed`` are the seed N (initialisation and training episodes differ per
+seed; the validation and test episodes are the data config's fixed sets). Every run that already has a
+``test_results.json`` is skipped (rerun the script to resume a campaign). Then::
 
     lightning-episodes report <out>/<data>__<model>
 
@@ -65,6 +67,7 @@ def run_scenario(
     schemes: Sequence[str] = SCHEMES,
     online: bool = False,
     seeds: Sequence[int] = (0,),
+    offline: bool = True,
     cross_domain: Sequence[Path] = (),
     extra: Sequence[str] = (),
     dry_run: bool = False,
@@ -79,8 +82,9 @@ def run_scenario(
         trainer: optional trainer configs (``configs/trainer/*.yaml``), given after the model config.
         schemes: targets run offline from the baseline's best checkpoint (and online with ``online``).
         online: also run each scheme with the online proposal (it needs no reference).
-        seeds: values of ``--seed_everything`` (the model's initialisation; data.seed, and so the test episodes,
-            stay the data config's).
+        seeds: values of ``--seed_everything`` (the model's initialisation) and ``--data.train_seed`` (the
+            training episodes); data.seed, and so the validation and test episodes, stay the data config's.
+        offline: run the offline schemes (``False`` with ``online``: online schemes only, no reference needed).
         cross_domain: data configs of ``configs/data`` (e.g. ``cub200.yaml``) on which each run's best checkpoint
             is tested as well.
         extra: arguments appended to every ``fit``.
@@ -95,7 +99,8 @@ def run_scenario(
         folder = scenario / f"seed{seed}"
         baseline = folder / "baseline_online"
         plan: list[tuple[Path, str, str]] = [(baseline, "baseline", "online")]
-        for proposal in ("offline", "online") if online else ("offline",):
+        proposals = [p for p, wanted in (("offline", offline), ("online", online)) if wanted]
+        for proposal in proposals:
             plan += [(folder / f"{scheme}_{proposal}", scheme, proposal) for scheme in schemes if scheme != "baseline"]
         for run_dir, scheme, proposal in plan:
             runs.append(run_dir)
@@ -106,7 +111,8 @@ def run_scenario(
             if proposal == "offline":
                 reference = Path(f"<best checkpoint of {baseline}>") if dry_run else best_checkpoint(baseline)
                 args += [f"--trainer.callbacks.reference_checkpoint={reference}"]
-            args += [f"--seed_everything={seed}", f"--trainer.default_root_dir={run_dir}", "--test_after_fit=true"]
+            args += [f"--seed_everything={seed}", f"--data.train_seed={seed}", f"--trainer.default_root_dir={run_dir}"]
+            args += ["--test_after_fit=true"]
             runner([*args, *extra])
         for run_dir, _, _ in plan:
             for config in cross_domain:
@@ -145,6 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trainer", type=Path, nargs="*", default=[], help="configs/trainer/*.yaml (optional)")
     parser.add_argument("--schemes", nargs="+", default=list(SCHEMES), choices=SCHEMES)
     parser.add_argument("--online", action="store_true", help="also run every scheme online")
+    parser.add_argument("--online-only", action="store_true", help="run the schemes online only (no reference)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--cross-domain", type=Path, nargs="*", default=[], help="e.g. configs/data/cub200.yaml")
     parser.add_argument("--out", type=Path, default=Path("runs"))
@@ -154,8 +161,9 @@ def main(argv: list[str] | None = None) -> int:
     launcher = shlex.split(args.launcher)
     runner: Runner = (lambda a: print(shlex.join([*launcher, *a]))) if args.dry_run else subprocess_runner(launcher)
     try:
-        run_scenario(args.data, args.model, args.out, runner, args.trainer, args.schemes, args.online, args.seeds,
-                     args.cross_domain, extra, args.dry_run)  # fmt: skip
+        run_scenario(args.data, args.model, args.out, runner, args.trainer, args.schemes,
+                     args.online or args.online_only, args.seeds, not args.online_only, args.cross_domain, extra,
+                     args.dry_run)  # fmt: skip
     except (FileNotFoundError, subprocess.CalledProcessError) as error:
         print(f"[run_scenario] {error}", file=sys.stderr)
         return 1

@@ -53,6 +53,8 @@ class EpisodicDataModule(pl.LightningDataModule):
         device_cache: keep the whole uint8 dataset on the accelerator and assemble episodes there.
         num_workers: dataloader worker processes (0 assembles in the main process, usually fastest).
         seed: the data seed; it fixes every training, validation and test episode.
+        train_seed: seed of the training stream (and its augmentation) alone (default: ``seed``): runs that
+            differ in it train on different episodes and are evaluated on the same fixed episodes.
         download: let loaders of downloadable datasets fetch missing files.
 
     Raises:
@@ -83,6 +85,7 @@ class EpisodicDataModule(pl.LightningDataModule):
         device_cache: bool = False,
         num_workers: int = 0,
         seed: int = 0,
+        train_seed: int | None = None,
         download: bool = False,
     ) -> None:
         super().__init__()
@@ -109,6 +112,7 @@ class EpisodicDataModule(pl.LightningDataModule):
             raise ValueError(f"data.num_workers must be >= 0, got {num_workers}")
         self.save_hyperparameters()
         self.dataset_name, self.root, self.seed = dataset, root, seed
+        self.train_seed = seed if train_seed is None else train_seed
         self.ways, self.shots, self.queries = ways, shots, queries
         self.eval_ways = eval_ways or ways
         self.eval_shots = eval_shots or shots
@@ -140,7 +144,7 @@ class EpisodicDataModule(pl.LightningDataModule):
         if self.data is None:
             self.data = self._load()
         if self.assembler is None:
-            augment = RandomShiftFlip(self.seed) if self.augment else None
+            augment = RandomShiftFlip(self.train_seed) if self.augment else None
             self.assembler = EpisodeAssembler(self.data.images, self.data.mean, self.data.std, augment)
         # evaluation episodes use eval_* sizes; the training sampler uses the training sizes
         sizes = {"train": (self.ways, self.shots, self.queries, "")}
@@ -195,7 +199,7 @@ class EpisodicDataModule(pl.LightningDataModule):
                 self.trainer.reload_dataloaders_every_n_epochs = 1  # type: ignore[attr-defined]
         stream = TrainingEpisodes(
             self.samplers["train"],
-            self.seed,
+            self.train_seed,
             self.episodes_per_batch,
             self.rank,
             self.world_size,

@@ -16,7 +16,9 @@ parses the whole product (about a second per combination on a loaded 2-core mach
 from __future__ import annotations
 
 import contextlib
+import importlib
 import importlib.util
+import inspect
 import io
 import itertools
 import json
@@ -172,11 +174,18 @@ def parse(parser: Any, *files: Path, subcommand: str = "fit", extra: tuple[str, 
 
 
 def model_for(patch: Path) -> list[Path]:
-    """The model files a protocol file can patch: those that set every model argument it sets."""
+    """The model files a protocol file can patch: those that set every model argument it sets, else those whose
+    class takes every argument it sets (e.g. ``configs/study`` sets ``backbone_options`` of the ProtoNet files)."""
     wanted = set(load(patch).get("model", {}).get("init_args", {}))
     if not wanted or "class_path" in load(patch).get("model", {}):
         return []
-    return [m for m in MODELS if wanted <= set(load(m)["model"].get("init_args", {}))]
+    setting = [m for m in MODELS if wanted <= set(load(m)["model"].get("init_args", {}))]
+    return setting or [m for m in MODELS if wanted <= set(inspect.signature(model_class(m)).parameters)]
+
+
+def model_class(path: Path) -> type:
+    module, _, name = load(path)["model"]["class_path"].rpartition(".")
+    return getattr(importlib.import_module(module), name)
 
 
 def compositions() -> list[tuple[Path, ...]]:
@@ -255,6 +264,25 @@ def _load_script() -> Any:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def test_a_seeded_online_only_campaign_plans_its_commands(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    script = _load_script()
+    data, model = CONFIGS / "data/glyphs_5w1s.yaml", CONFIGS / "models/protonet_euclidean_conv4.yaml"
+    argv = ["--data", str(data), "--model", str(model), "--schemes", "uniform", "--online-only", "--seeds", "3", "4"]
+    assert script.main([*argv, "--out", str(tmp_path), "--dry-run", "--", "--trainer.max_steps=7"]) == 0
+    commands = [line.split() for line in capsys.readouterr().out.splitlines() if " fit " in line]
+    runs = [f"seed{s}/{scheme}_online" for s in (3, 4) for scheme in ("baseline", "uniform")]
+    assert [c[-2] for c in commands] == ["--test_after_fit=true"] * 4
+    for command, run in zip(commands, runs, strict=True):
+        seed = run[4]
+        # each seed: its own initialisation and training episodes, the data config's fixed evaluation episodes
+        assert f"--seed_everything={seed}" in command
+        assert f"--data.train_seed={seed}" in command
+        assert not any(a.startswith("--data.seed") for a in command)
+        assert any(a.endswith(f"{run}") and a.startswith("--trainer.default_root_dir=") for a in command)
+        assert command[-1] == "--trainer.max_steps=7"
+        assert not any("reference_checkpoint" in a or "offline" in a for a in command)
 
 
 #: Tiny episodes and a short schedule on top of any composition (the datasets have 3 images per class).

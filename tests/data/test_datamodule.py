@@ -85,3 +85,28 @@ def test_augmentation_is_off_by_default_and_reproducible_when_on() -> None:
     b = aug.assemble(batch, augment=True)
     assert torch.equal(a.support, b.support)
     assert not torch.equal(a.support, aug.assemble(batch).support)
+
+
+def test_train_seed_changes_the_training_episodes_only() -> None:
+    def episodes(**kwargs: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        dm = tiny_datamodule(**kwargs)
+        dm.setup("fit")
+        dm.setup("test")
+        first = [
+            next(iter(loader())).identity.query_indices
+            for loader in (dm.train_dataloader, dm.val_dataloader, dm.test_dataloader)
+        ]
+        return first[0], first[1], first[2]
+
+    default, explicit, other = episodes(), episodes(train_seed=0), episodes(train_seed=1)
+    # the default training stream is the data seed's
+    assert all(torch.equal(a, b) for a, b in zip(default, explicit, strict=True))
+    # another training seed: other training episodes, the same fixed validation and test episodes
+    assert not torch.equal(default[0], other[0])
+    assert torch.equal(default[1], other[1])
+    assert torch.equal(default[2], other[2])
+    # the data seed still moves everything
+    moved = episodes(seed=1, train_seed=0)
+    assert torch.equal(moved[0], default[0])
+    assert not torch.equal(moved[1], default[1])
+    assert not torch.equal(moved[2], default[2])
