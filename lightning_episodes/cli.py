@@ -80,6 +80,7 @@ class EpisodicCLI(LightningCLI):
 TOOLS = {
     "report": "lightning_episodes.analysis.report",
     "difficulty": "lightning_episodes.analysis.scoring",
+    "compare": "lightning_episodes.analysis.paired",
 }
 
 

@@ -8,11 +8,14 @@ Pure functions on numpy arrays or torch tensors:
   :func:`plot_transfer`, aligned by episode with :func:`join_on_episode`;
 - training time: do easy and hard episodes stay apart? :func:`extreme_episodes`,
   :func:`lines_cross`, :func:`plot_trajectories`;
-- per-episode difficulty tables saved as CSV: :class:`DifficultyTable`, :class:`EpisodeRecord`.
+- per-episode difficulty tables saved as CSV: :class:`DifficultyTable`, :class:`EpisodeRecord`;
+- sampling schemes compared on the shared test episodes: :func:`paired_difference` (paired per-episode
+  accuracy difference with its interval), :class:`PairedDifference`.
 """
 
 from lightning_episodes.analysis.correlation import RankCorrelation, rank_correlation
 from lightning_episodes.analysis.normality import NormalFit, ShapiroResult, fit_normal, shapiro_rejection_rate
+from lightning_episodes.analysis.paired import PairedDifference, paired_difference
 from lightning_episodes.analysis.plots import plot_density, plot_qq, plot_trajectories, plot_transfer
 from lightning_episodes.analysis.tables import (
     DifficultyTable,
@@ -34,12 +37,14 @@ __all__ = [
     "ExtremeEpisodes",
     "JoinedDifficulties",
     "NormalFit",
+    "PairedDifference",
     "RankCorrelation",
     "ShapiroResult",
     "extreme_episodes",
     "fit_normal",
     "join_on_episode",
     "lines_cross",
+    "paired_difference",
     "plot_density",
     "plot_qq",
     "plot_trajectories",

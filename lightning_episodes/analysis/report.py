@@ -263,7 +263,7 @@ class ResultsTable:
         lines.append("|---|---|" + "---:|" * len(self.columns))
         previous = None
         for row in self.rows:
-            entries = [_format(self.cells.get((row, column))) for column in self.columns]
+            entries = [format_cell(self.cells.get((row, column))) for column in self.columns]
             name = "" if row.algorithm == previous else row.algorithm
             lines.append(f"| {name} | {row.scheme} | " + " | ".join(entries) + " |")
             previous = row.algorithm
@@ -287,7 +287,8 @@ class ResultsTable:
         return out.getvalue()
 
 
-def _format(cell: Cell | None) -> str:
+def format_cell(cell: Cell | None) -> str:
+    """A cell as the table shows it: mean ± 95% CI in percent, its bold/† marks, and the seeds' spread if several."""
     if cell is None:
         return "–"
     text = f"{100 * cell.mean:.2f} ± {100 * cell.ci95:.2f}"

@@ -262,13 +262,24 @@ def _data_options(extra: Sequence[str]) -> dict[str, Any]:
     return options
 
 
-def _datamodule(ckpt_path: str, configs: Sequence[str], options: dict[str, Any]) -> EpisodicDataModule:
-    """The checkpoint's data settings, updated by each config's ``data:`` section, then by ``options``."""
+def checkpoint_datamodule(
+    ckpt_path: str | Path, configs: Sequence[str] = (), options: dict[str, Any] | None = None
+) -> EpisodicDataModule:
+    """The data module a checkpoint was trained with (its saved hyper-parameters), so that its test episodes are
+    the fixed episodes the run's test evaluated; updated by each config's ``data:`` section, then by ``options``.
+
+    Raises:
+        ValueError: if the checkpoint saved no data settings and none are given, or for an unknown argument.
+    """
     checkpoint = torch.load(ckpt_path, map_location="cpu", weights_only=True)
-    arguments = dict(checkpoint.get("datamodule_hyper_parameters") or {})
+    saved = checkpoint.get("datamodule_hyper_parameters") or {}
+    # LightningCLI saves its bookkeeping (`_class_path`, `_instantiator`) with them: not data module arguments
+    arguments = {key: value for key, value in saved.items() if not key.startswith("_")}
     for config in configs:
         arguments.update(_data_section(config))
-    arguments.update(options)
+    arguments.update(options or {})
+    if not arguments:
+        raise ValueError(f"{ckpt_path} records no data module settings: give them with --config or --data.KEY")
     try:
         return EpisodicDataModule(**arguments)
     except TypeError as error:  # an unknown keyword
@@ -310,7 +321,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.episodes < 1:
             raise ValueError(f"--episodes must be >= 1, got {args.episodes}")
         module = load_episodic_module(args.ckpt_path, map_location=device)
-        datamodule = _datamodule(args.ckpt_path, args.config, options)
+        datamodule = checkpoint_datamodule(args.ckpt_path, args.config, options)
     except (ValueError, FileNotFoundError) as error:
         parser.error(str(error))
     table = score_episodes(module, datamodule, args.episodes, args.split, args.batch_size)

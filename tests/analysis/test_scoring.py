@@ -191,6 +191,20 @@ def test_command_scores_with_the_checkpoints_data_settings(checkpoint: Path, tmp
     assert record["data"]["dataset"] == "tiny"
 
 
+def test_command_reads_checkpoints_written_under_the_cli(checkpoint: Path, tmp_path: Path) -> None:
+    # LightningCLI saves its bookkeeping beside the data module's arguments; it is not an argument
+    saved = torch.load(checkpoint, map_location="cpu", weights_only=True)
+    saved["datamodule_hyper_parameters"] |= {
+        "_class_path": "lightning_episodes.data.EpisodicDataModule",
+        "_instantiator": "lightning.pytorch.cli.instantiate_module",
+    }
+    torch.save(saved, tmp_path / "cli.ckpt")
+    output = tmp_path / "scores.csv"
+    assert main(["--ckpt_path", str(tmp_path / "cli.ckpt"), "--output", str(output), "--episodes", "3"]) == 0
+    expected = score_episodes(load_episodic_module(checkpoint), tiny_datamodule(), count=3)
+    assert DifficultyTable.read(output).records == expected.records
+
+
 def test_config_files_then_data_options_override_the_saved_settings(checkpoint: Path, tmp_path: Path) -> None:
     config = tmp_path / "fit.yaml"
     data = {"class_path": "lightning_episodes.data.EpisodicDataModule", "init_args": {"seed": 3, "eval_ways": 3}}
