@@ -35,6 +35,7 @@ def test_the_committed_notebook_shows_one_in_order_run_without_errors(path: Path
         assert cell.outputs, f"cell {cell.execution_count} has no output"
         assert not [o for o in cell.outputs if o.output_type == "error"], f"cell {cell.execution_count} failed"
     assert sum(o.output_type == "display_data" for cell in cells for o in cell.outputs) >= 3  # the figures
+    assert "setting 'full'" in _text(cells[0]), "commit the outputs of a full run, not of the fast setting"
 
 
 @pytest.mark.slow
