@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from pytorch_lightning.cli import LRSchedulerCallable, OptimizerCallable
@@ -36,10 +36,14 @@ class ANIL(MAML):
         optimizer: outer optimiser factory (default Adam, lr 1e-3, the paper's).
         lr_scheduler: optional scheduler factory.
         eval_batch_norm: ``episode`` (default; the only mode without running statistics).
+        channels_last: run the convolutions ``channels_last`` (see :class:`EpisodicModule`; default False).
+        compile_backbone: compile the backbone (see :class:`EpisodicModule`; default False).
 
     Raises:
         ValueError: as :class:`MAML`.
     """
+
+    adapts_backbone: ClassVar[bool] = False  # the backbone runs once per batch: it may be compiled
 
     def __init__(
         self,
@@ -55,6 +59,8 @@ class ANIL(MAML):
         optimizer: OptimizerCallable = default_optimizer,
         lr_scheduler: LRSchedulerCallable | None = None,
         eval_batch_norm: EvalBatchNorm = "episode",
+        channels_last: bool = False,
+        compile_backbone: bool = False,
     ) -> None:
         super().__init__(
             backbone,
@@ -69,6 +75,8 @@ class ANIL(MAML):
             optimizer,
             lr_scheduler,
             eval_batch_norm,
+            channels_last,
+            compile_backbone,
         )
 
     @override

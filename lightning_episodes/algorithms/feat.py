@@ -91,6 +91,8 @@ class FEAT(EpisodicModule):
         optimizer: optimiser factory (default FEAT's SGD, lr 2e-4, Nesterov momentum 0.9, weight decay 5e-4).
         lr_scheduler: optional scheduler factory, stepped every optimiser step.
         eval_batch_norm: ``running`` (default) or ``episode`` batch-norm statistics at evaluation.
+        channels_last: run the convolutions ``channels_last`` (see :class:`EpisodicModule`; default False).
+        compile_backbone: compile the backbone (see :class:`EpisodicModule`; default False).
 
     Raises:
         ValueError: on a non-positive temperature or ``lr_multiplier``, a negative ``balance``, a dropout
@@ -112,8 +114,10 @@ class FEAT(EpisodicModule):
         optimizer: OptimizerCallable = feat_optimizer,
         lr_scheduler: LRSchedulerCallable | None = None,
         eval_batch_norm: EvalBatchNorm = "running",
+        channels_last: bool = False,
+        compile_backbone: bool = False,
     ) -> None:
-        super().__init__(optimizer, lr_scheduler, eval_batch_norm)
+        super().__init__(optimizer, lr_scheduler, eval_batch_norm, channels_last, compile_backbone)
         for name, value in (
             ("temperature", temperature),
             ("temperature2", temperature2),
@@ -188,10 +192,12 @@ class FEAT(EpisodicModule):
 
     @override
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        super().on_save_checkpoint(checkpoint)  # the class and training data (load_episodic_module reads them)
         checkpoint["backbone_loaded"] = self.backbone_loaded  # a later fit must not reload the pre-trained one
 
     @override
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        super().on_load_checkpoint(checkpoint)
         self.backbone_loaded = bool(checkpoint.get("backbone_loaded", False))
 
     # -- optimisation -------------------------------------------------------------------------------------

@@ -89,13 +89,18 @@ class MAML(EpisodicModule):
         optimizer: outer optimiser factory (default Adam, lr 1e-3, the paper's).
         lr_scheduler: optional scheduler factory.
         eval_batch_norm: ``episode`` (default; the only mode without running statistics).
+        channels_last: run the convolutions ``channels_last`` (see :class:`EpisodicModule`; default False).
+        compile_backbone: compile the backbone (see :class:`EpisodicModule`; default False).
 
     Raises:
         ValueError: on a non-positive step count, learning rate or ``ways``, an unknown backbone, an image
-            too small for it, or ``eval_batch_norm="running"`` without running statistics.
+            too small for it, ``eval_batch_norm="running"`` without running statistics, or
+            ``compile_backbone`` (MAML's inner loop recompiles the backbone until torch.compile gives up).
     """
 
     requires_grad_in_evaluation: ClassVar[bool] = True
+    #: whether the inner loop calls the backbone with fast weights (then ``compile_backbone`` is refused)
+    adapts_backbone: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -111,13 +116,22 @@ class MAML(EpisodicModule):
         optimizer: OptimizerCallable = default_optimizer,
         lr_scheduler: LRSchedulerCallable | None = None,
         eval_batch_norm: EvalBatchNorm = "episode",
+        channels_last: bool = False,
+        compile_backbone: bool = False,
     ) -> None:
-        super().__init__(optimizer, lr_scheduler, eval_batch_norm)
+        super().__init__(optimizer, lr_scheduler, eval_batch_norm, channels_last, compile_backbone)
         _check("ways", ways, 1, True)
         _check("adaptation_steps", adaptation_steps, 1, True)
         _check("adaptation_lr", adaptation_lr, 0, False)
         eval_adaptation_steps = adaptation_steps if eval_adaptation_steps is None else eval_adaptation_steps
         _check("eval_adaptation_steps", eval_adaptation_steps, 1, True)
+        if compile_backbone and self.adapts_backbone:
+            raise ValueError(
+                f"model.compile_backbone=true does not speed up {type(self).__name__}: every episode's support and "
+                "query forwards with fast weights (other shapes, grad modes, tensors) recompile the backbone until "
+                "torch.compile's recompile limit, after which it runs eager (ANIL, which adapts only its head, "
+                "compiles)"
+            )
         self.save_hyperparameters(ignore=["optimizer", "lr_scheduler"])
         options = {"track_running_stats": False} | (backbone_options or {})
         if eval_batch_norm == "running" and not options["track_running_stats"]:

@@ -45,6 +45,8 @@ class Pretrain(EpisodicModule):
         optimizer: optimiser factory (default SGD, lr 0.1, Nesterov momentum 0.9, weight decay 5e-4).
         lr_scheduler: optional scheduler factory, stepped every optimiser step.
         eval_batch_norm: ``running`` (default) or ``episode`` batch-norm statistics at evaluation.
+        channels_last: run the convolutions ``channels_last`` (see :class:`EpisodicModule`; default False).
+        compile_backbone: compile the backbone (see :class:`EpisodicModule`; default False).
 
     Raises:
         ValueError: on a non-positive ``num_classes``, an unknown backbone or an image too small for it;
@@ -61,8 +63,10 @@ class Pretrain(EpisodicModule):
         optimizer: OptimizerCallable = pretrain_optimizer,
         lr_scheduler: LRSchedulerCallable | None = None,
         eval_batch_norm: EvalBatchNorm = "running",
+        channels_last: bool = False,
+        compile_backbone: bool = False,
     ) -> None:
-        super().__init__(optimizer, lr_scheduler, eval_batch_norm)
+        super().__init__(optimizer, lr_scheduler, eval_batch_norm, channels_last, compile_backbone)
         if num_classes is not None and num_classes <= 0:
             raise ValueError(f"model.num_classes must be > 0, got {num_classes}")
         self.save_hyperparameters(ignore=["optimizer", "lr_scheduler"])
@@ -113,6 +117,7 @@ class Pretrain(EpisodicModule):
 
     @override
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        super().on_load_checkpoint(checkpoint)
         # a checkpoint saved after the classifier was built lazily: build it before the weights load
         if self.classifier is None and "classifier.weight" in checkpoint.get("state_dict", {}):
             self.classifier = nn.Linear(self.feature_dim, checkpoint["state_dict"]["classifier.weight"].shape[0])

@@ -45,6 +45,8 @@ class ProtoNet(EpisodicModule):
         optimizer: optimiser factory (default Adam, lr 1e-3).
         lr_scheduler: optional scheduler factory.
         eval_batch_norm: ``running`` (default) or ``episode`` batch-norm statistics at evaluation.
+        channels_last: run the convolutions ``channels_last`` (see :class:`EpisodicModule`; default False).
+        compile_backbone: compile the backbone (see :class:`EpisodicModule`; default False).
     """
 
     def __init__(
@@ -58,8 +60,10 @@ class ProtoNet(EpisodicModule):
         optimizer: OptimizerCallable = default_optimizer,
         lr_scheduler: LRSchedulerCallable | None = None,
         eval_batch_norm: EvalBatchNorm = "running",
+        channels_last: bool = False,
+        compile_backbone: bool = False,
     ) -> None:
-        super().__init__(optimizer, lr_scheduler, eval_batch_norm)
+        super().__init__(optimizer, lr_scheduler, eval_batch_norm, channels_last, compile_backbone)
         if distance not in ("euclidean", "cosine"):
             raise ValueError(f"model.distance must be 'euclidean' or 'cosine', got {distance!r}")
         if cosine_scale <= 0:

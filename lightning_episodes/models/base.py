@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 
+import torch
 from torch import Tensor, nn
 
 
@@ -16,9 +17,13 @@ class EpisodicBackbone(nn.Module, ABC):
 
     Attributes:
         min_image_size: The smallest image side (pixels) the backbone's pooling accepts.
+        channels_last: Whether `embed` receives its images `channels_last` (converted here, where they are
+            flattened, unless they already are): set with the weights' layout by an algorithm's
+            `channels_last=True` (`EpisodicModule.use_channels_last`). Default: False.
     """
 
     min_image_size: int = 1
+    channels_last: bool = False
 
     def forward(self, images: Tensor) -> Tensor:
         """Embed the images of a batch of episodes.
@@ -32,12 +37,16 @@ class EpisodicBackbone(nn.Module, ABC):
         Raises:
             ValueError: If `images` is neither 4-D nor 5-D.
         """
-        if images.dim() == 5:
-            episodes, size = images.shape[:2]
-            return self.embed(images.flatten(0, 1), episodes).unflatten(0, (episodes, size))
+        if images.dim() not in (4, 5):
+            raise ValueError(f"expected images [B, N, C, H, W] or [M, C, H, W], got {tuple(images.shape)}")
+        flat = images.flatten(0, 1) if images.dim() == 5 else images
+        if self.channels_last:
+            # here, not in the data: the algorithms' torch.cat of support and query gives a contiguous tensor
+            flat = flat.contiguous(memory_format=torch.channels_last)  # no copy if it already is
         if images.dim() == 4:
-            return self.embed(images, 1)
-        raise ValueError(f"expected images [B, N, C, H, W] or [M, C, H, W], got {tuple(images.shape)}")
+            return self.embed(flat, 1)
+        episodes, size = images.shape[:2]
+        return self.embed(flat, episodes).unflatten(0, (episodes, size))
 
     @abstractmethod
     def embed(self, images: Tensor, episodes: int) -> Tensor:

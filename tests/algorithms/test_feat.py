@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from pytorch_lightning.callbacks import Callback
 from torch import nn
 
-from lightning_episodes.algorithms import FEAT
+from lightning_episodes.algorithms import FEAT, checkpoint_info, load_episodic_module
 from lightning_episodes.data.episode import Episode, EpisodeIdentity, episode_labels
 from tests.algorithms.test_maml import build_cli
 from tests.helpers import tiny_datamodule, tiny_trainer
@@ -192,6 +192,16 @@ def test_evaluation_changes_no_state_and_fit_test_reload_work(tmp_path: Path) ->
     reloaded = FEAT.load_from_checkpoint(tmp_path / "feat.ckpt")
     assert (reloaded.temperature, reloaded.balance, reloaded.eval_batch_norm) == (4.0, 0.1, "running")
     assert tiny_trainer().test(reloaded, dm, verbose=False)[0]["test/acc"] == pytest.approx(results["running"])
+    # the library's own record is there too: any-algorithm loading (offline references, scoring) works
+    assert checkpoint_info(tmp_path / "feat.ckpt") == {"class_path": "lightning_episodes.algorithms.feat.FEAT"} | {
+        "dataset": "tiny",
+        "ways": 5,
+        "shots": 2,
+        "queries": 3,
+    }
+    loaded = load_episodic_module(tmp_path / "feat.ckpt")
+    assert isinstance(loaded, FEAT)
+    assert loaded.trained_on == {"dataset": "tiny", "ways": 5, "shots": 2, "queries": 3}
 
 
 @pytest.mark.parametrize(

@@ -69,6 +69,10 @@ def test_fit_infers_the_classes_saves_them_and_feat_starts_from_the_backbone(tmp
     trainer.save_checkpoint(tmp_path / "pretrain.ckpt")
     reloaded = Pretrain.load_from_checkpoint(tmp_path / "pretrain.ckpt")
     assert reloaded.hparams["num_classes"] == 12
+    checkpoint = torch.load(tmp_path / "pretrain.ckpt", weights_only=True)
+    checkpoint["lightning_episodes"]["dataset"] = "tiny"
+    reloaded.on_load_checkpoint(checkpoint)
+    assert reloaded.trained_on == {"dataset": "tiny"}  # the base class's record is read too (reports use it)
     assert tiny_trainer().test(reloaded, dm, verbose=False)[0]["test/acc"] == pytest.approx(result["test/acc"])
     feat = FEAT(backbone="conv4", image_size=16, backbone_checkpoint=str(tmp_path / "pretrain.ckpt"))
     feat.load_backbone(tmp_path / "pretrain.ckpt")

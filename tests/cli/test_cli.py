@@ -98,3 +98,16 @@ def test_fit_then_test_best_in_a_new_run(tmp_path: Path) -> None:
 def test_best_without_a_fit_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="last.ckpt does not exist"):
         main(["test", *_args(tmp_path), "--ckpt_path=best"])
+
+
+def test_the_scenario_hash_ignores_the_training_seed_only() -> None:
+    from lightning_episodes.algorithms.base import _scenario_hash
+
+    hparams = {"backbone": "conv4", "distance": "euclidean"}
+    data = {"dataset": "glyphs", "ways": 5, "shots": 1, "seed": 0, "train_seed": 0}
+    same = _scenario_hash(hparams, data)
+    assert _scenario_hash(hparams, {**data, "train_seed": 2}) == same
+    assert _scenario_hash(hparams, {k: v for k, v in data.items() if k != "train_seed"}) == same
+    assert _scenario_hash(hparams, {**data, "seed": 1}) != same  # other test episodes: another scenario
+    assert _scenario_hash(hparams, {**data, "shots": 5}) != same
+    assert _scenario_hash({**hparams, "distance": "cosine"}, data) != same
