@@ -87,6 +87,13 @@ def _invalid(name: str, value: object, requirement: str) -> ValueError:
     return ValueError(f"DifficultyWeightingCallback: {name} must be {requirement}, got {value!r}")
 
 
+def _logger_writes(trainer: pl.Trainer) -> bool:
+    """Whether the loggers write this training step's metrics: Lightning's own condition (``log_every_n_steps``,
+    every step under ``fast_dev_run``), which its ``LearningRateMonitor`` also reads; it is the same on every rank."""
+    connector = getattr(trainer, "_logger_connector", None)
+    return connector is None or bool(connector.should_update_logs or getattr(trainer, "fast_dev_run", False))
+
+
 class DifficultyWeightingCallback(Callback):
     r"""Re-weights each training episode by ``w = p(difficulty) / q(difficulty)`` (Arnold et al., 2021).
 
@@ -105,11 +112,13 @@ class DifficultyWeightingCallback(Callback):
       ``mu, sigma^2``; each training episode is weighted by the reference's difficulty of that episode.
 
     Under DDP every rank gathers the difficulties of the global batch, so all ranks hold identical estimates
-    and the gradient equals that of one process on the same batch. Every step it logs ``weighting/mu``,
-    ``sigma``, ``ess``, ``batch_over_ess`` (``|B| / ESS``), ``ess_over_batch``, ``weight_min``/``mean``/``max``,
-    ``outside_support`` (fraction of the batch outside ``S``), ``skipped_steps`` (cumulative steps with
-    ``sum w = 0``, which get zero gradient), ``nonfinite_episodes`` (cumulative episodes with a non-finite loss,
-    masked out) and, for the curriculum, ``mu_t``.
+    and the gradient equals that of one process on the same batch. It logs ``weighting/mu``, ``sigma``, ``ess``,
+    ``batch_over_ess`` (``|B| / ESS``), ``ess_over_batch``, ``weight_min``/``mean``/``max``, ``outside_support``
+    (fraction of the batch outside ``S``), ``skipped_steps`` (cumulative steps with ``sum w = 0``, which get zero
+    gradient), ``nonfinite_episodes`` (cumulative episodes with a non-finite loss, masked out) and, for the
+    curriculum, ``mu_t``, on the steps where the loggers write (every ``trainer.log_every_n_steps``, as Lightning
+    logs ``train/loss``): logging is most of the callback's own cost. Its estimates absorb every step, and
+    :attr:`last_step` holds every step's weights and difficulties.
 
     Args:
         target: ``"baseline"``, ``"uniform"``, ``"easy"``, ``"hard"``, ``"curriculum"``, a name registered with
@@ -342,7 +351,8 @@ class DifficultyWeightingCallback(Callback):
                 f"step {step.step}: {weighted.nonfinite} episode(s) with a non-finite loss got weight 0"
                 + ("; further ones are only counted in weighting/nonfinite_episodes" if last else "")
             )
-        self._log(pl_module, step, weighted)
+        if _logger_writes(trainer):  # self.log costs ~1-3 ms a value: only where a logger will write it
+            self._log(pl_module, step, weighted)
         self._log_histograms(trainer, step)
         if self.proposal == "online":
             self.estimator.update(difficulties)

@@ -77,10 +77,13 @@ def load_reference(
             (float64 under ``precision="64-true"``).
 
     Returns:
-        The reference module: eval mode, its own ``eval_batch_norm``; its parameters require no gradient
-        unless its class adapts with gradients at evaluation (MAML, ANIL), which only reads them.
+        The reference module: eval mode, its own ``eval_batch_norm`` and ``channels_last``; its parameters
+        require no gradient unless its class adapts with gradients at evaluation (MAML, ANIL), which only
+        reads them.
     """
     reference = load_episodic_module(path, map_location="cpu").to(device=device, dtype=dtype)
+    if reference.channels_last:  # the layout it was trained in (a Trainer would apply it in configure_model)
+        reference.use_channels_last()
     reference.eval()
     set_eval_batch_norm(reference, reference.eval_batch_norm)
     if not type(reference).requires_grad_in_evaluation:

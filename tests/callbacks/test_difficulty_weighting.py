@@ -11,6 +11,7 @@ import pytest
 import pytorch_lightning as pl
 import torch
 from pytorch_lightning.callbacks import Callback, ModelCheckpoint
+from pytorch_lightning.loggers import Logger
 
 from lightning_episodes import ProtoNet
 from lightning_episodes.algorithms.base import EpisodeOutput
@@ -57,6 +58,7 @@ def _fit(
     model = model or ProtoNet(image_size=16)
     recorder = Recorder(callback)
     trainer_options.setdefault("limit_val_batches", 0)  # validation changes nothing here: skip it
+    trainer_options.setdefault("log_every_n_steps", 1)  # the callback logs where the loggers write: every step
     trainer = tiny_trainer(max_steps=max_steps, callbacks=[callback, recorder, *(extra or [])], **trainer_options)
     trainer.fit(model, tiny_datamodule())
     return trainer, model, recorder
@@ -364,6 +366,55 @@ def test_histograms_of_difficulties_and_weights_go_to_tensorboard(tmp_path: Path
         histograms = events.Histograms(tag)
         assert [h.step for h in histograms] == [0, 2, 4]
         assert all(h.histogram_value.num == 4 for h in histograms), "one value per episode of the global batch"
+
+
+class MemoryLogger(Logger):
+    """Keeps what the Trainer writes: ``(step, metrics)`` per write."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[tuple[int | None, dict[str, float]]] = []
+
+    @property
+    def name(self) -> str:
+        return "memory"
+
+    @property
+    def version(self) -> int:
+        return 0
+
+    def log_hyperparams(self, params: Any, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
+        self.writes.append((step, dict(metrics)))
+
+    def weighting(self) -> dict[int | None, dict[str, float]]:
+        """The ``weighting/*`` values written, by step."""
+        return {step: {k: v for k, v in m.items() if k.startswith("weighting/")} for step, m in self.writes}
+
+
+def test_logs_only_on_the_steps_the_logger_writes_the_same_values() -> None:
+    """With log_every_n_steps=3 the callback logs at steps 2 and 5 what it logs there with 1, and keeps its
+    estimates up to date every step."""
+    runs = {}
+    for every in (1, 3):
+        logger = MemoryLogger()
+        callback = DifficultyWeightingCallback(warmup_steps=2)
+        trainer, _, recorder = _fit(callback, max_steps=7, logger=logger, log_every_n_steps=every)
+        runs[every] = (logger.weighting(), callback, recorder, trainer)
+    dense, sparse = runs[1][0], runs[3][0]
+    assert sorted(dense) == list(range(7))
+    assert sorted(sparse) == [2, 5]
+    assert all(len(values) == 11 for values in dense.values())  # every value, after the warm-up as during it
+    for step, values in sparse.items():
+        assert values == dense[step], step
+    # the estimates absorbed every step in both runs; the last logged values are those of step 5, not 6
+    assert runs[3][1].state_dict() == runs[1][1].state_dict()
+    assert runs[3][1].estimator.steps == 7
+    assert [s.step for s in runs[3][2].steps] == list(range(7))
+    assert float(runs[3][3].callback_metrics["weighting/mu"]) == sparse[5]["weighting/mu"]
+    assert sparse[5]["weighting/mu"] != dense[6]["weighting/mu"]
 
 
 def test_histogram_interval_is_validated() -> None:

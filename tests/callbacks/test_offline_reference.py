@@ -65,6 +65,7 @@ class BatchRecorder(Callback):
 def _fit_offline(callback: DifficultyWeightingCallback, steps: int = 4, **trainer_options: Any) -> BatchRecorder:
     pl.seed_everything(0)
     recorder = BatchRecorder(callback)
+    trainer_options.setdefault("log_every_n_steps", 1)  # the callback logs where the loggers write: every step
     trainer = tiny_trainer(max_steps=steps, limit_val_batches=0, callbacks=[callback, recorder], **trainer_options)
     model = ProtoNet(image_size=16)
     trainer.fit(model, tiny_datamodule())
