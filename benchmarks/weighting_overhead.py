@@ -18,6 +18,7 @@ end between step ends, data included) and the callback's own time (measured insi
 
     .venv/bin/python -m benchmarks.weighting_overhead                  # 2 rounds of 8 steps (3 of warm-up): ~5 min
     .venv/bin/python -m benchmarks.weighting_overhead --offline
+    .venv/bin/python -m benchmarks.weighting_overhead --log-every-n-steps 50   # Lightning's default logging
     .venv/bin/python -m benchmarks.weighting_overhead --quick          # 1 round of 5 steps: checks that it runs
 """
 
@@ -63,12 +64,12 @@ def data(episodes: int) -> EpisodicDataModule:
     return EpisodicDataModule(dataset="glyphs", ways=5, shots=5, queries=15, episodes_per_batch=episodes, seed=0)
 
 
-def trainer(steps: int, folder: str, callbacks: list[pl.Callback]) -> pl.Trainer:
+def trainer(steps: int, folder: str, callbacks: list[pl.Callback], log_every_n_steps: int = 1) -> pl.Trainer:
     return pl.Trainer(
         max_steps=steps,
         limit_val_batches=0,
         logger=pl.loggers.CSVLogger(folder),  # logging is part of a real step (the callback logs 10 values)
-        log_every_n_steps=1,
+        log_every_n_steps=log_every_n_steps,
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,
@@ -89,12 +90,12 @@ def reference_checkpoint(folder: str, episodes: int) -> str:
 
 
 def run_arm(
-    callback: TimedWeighting | None, steps: int, warmup: int, episodes: int, folder: str
+    callback: TimedWeighting | None, steps: int, warmup: int, episodes: int, folder: str, log_every_n_steps: int = 1
 ) -> tuple[list[float], float]:
     """Step times after warm-up (end to end) and the callback's own seconds per measured step."""
     pl.seed_everything(0, verbose=False)  # the same initial weights in every arm
     clock = StepClock()
-    fit = trainer(steps, folder, [clock] if callback is None else [callback, clock])
+    fit = trainer(steps, folder, [clock] if callback is None else [callback, clock], log_every_n_steps)
     seconds_at_warmup = 0.0
 
     class Mark(pl.Callback):  # the callback's seconds when the measured steps begin
@@ -120,6 +121,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--steps", type=int, default=None, help="steps per fit (default 8)")
     parser.add_argument("--warmup", type=int, default=None, help="steps left out of each fit (default 3)")
     parser.add_argument("--episodes", type=int, default=16, help="episodes per step (default 16)")
+    parser.add_argument(
+        "--log-every-n-steps", type=int, default=1, help="the Trainer's (default 1: every step logs, the most cost)"
+    )
     args = parser.parse_args(argv)
     rounds = args.rounds or (1 if args.quick else 2)
     steps = args.steps or (5 if args.quick else 8)
@@ -142,7 +146,8 @@ def main(argv: list[str] | None = None) -> None:
             )
         for _ in range(rounds):
             for name, make in arms.items():
-                step_times, callback_seconds = run_arm(make(), steps, warmup, args.episodes, folder)
+                arm = run_arm(make(), steps, warmup, args.episodes, folder, args.log_every_n_steps)
+                step_times, callback_seconds = arm
                 times.setdefault(name, []).extend(step_times)
                 own.setdefault(name, []).append(callback_seconds)
     print(f"After:  {machine()}\n")
