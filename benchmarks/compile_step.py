@@ -36,7 +36,7 @@ from torch import nn
 
 from benchmarks._timing import machine, median, rates, set_threads, table
 from lightning_episodes import ProtoNet
-from lightning_episodes.data.episode import Episode, EpisodeIdentity, episode_labels
+from lightning_episodes.data.episode import Episode
 from lightning_episodes.models import EpisodicBatchNorm2d, build_backbone
 
 WAYS, SHOTS, QUERIES = 5, 5, 15
@@ -47,15 +47,7 @@ def batch(episodes: int, channels: int, image_size: int) -> Episode:
     g = torch.Generator().manual_seed(0)
     support = torch.randn(episodes, WAYS * SHOTS, channels, image_size, image_size, generator=g)
     query = torch.randn(episodes, WAYS * QUERIES, channels, image_size, image_size, generator=g)
-    identity = EpisodeIdentity(
-        torch.arange(WAYS).repeat(episodes, 1),
-        torch.zeros(episodes, WAYS, SHOTS, dtype=torch.long),
-        torch.zeros(episodes, WAYS, QUERIES, dtype=torch.long),
-        torch.arange(episodes),
-    )
-    return Episode(
-        support, episode_labels(episodes, WAYS, SHOTS), query, episode_labels(episodes, WAYS, QUERIES), identity
-    )
+    return Episode.from_tensors(support, query, WAYS)
 
 
 def training_step(model: ProtoNet, optimizer: torch.optim.Optimizer, episodes: Episode) -> Callable[[], int]:

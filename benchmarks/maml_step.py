@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from lightning_episodes.algorithms import MAML
-from lightning_episodes.data.episode import Episode, EpisodeIdentity, episode_labels
+from lightning_episodes.data.episode import Episode
 
 WAYS, SHOTS, QUERIES, SIZE, STEPS, LR = 5, 1, 15, 84, 5, 0.01
 
@@ -35,19 +35,7 @@ def episodes(batch: int, device: torch.device) -> Episode:
     g = torch.Generator().manual_seed(0)
     support = torch.randn(batch, WAYS * SHOTS, 3, SIZE, SIZE, generator=g)
     query = torch.randn(batch, WAYS * QUERIES, 3, SIZE, SIZE, generator=g)
-    identity = EpisodeIdentity(
-        torch.arange(WAYS).repeat(batch, 1),
-        torch.zeros(batch, WAYS, SHOTS, dtype=torch.long),
-        torch.zeros(batch, WAYS, QUERIES, dtype=torch.long),
-        torch.arange(batch),
-    )
-    return Episode(
-        support.to(device),
-        episode_labels(batch, WAYS, SHOTS, device),
-        query.to(device),
-        episode_labels(batch, WAYS, QUERIES, device),
-        identity,
-    )
+    return Episode.from_tensors(support.to(device), query.to(device), WAYS)
 
 
 def ours_step(model: MAML, optimizer: torch.optim.Optimizer, batch: Episode) -> None:

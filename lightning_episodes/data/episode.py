@@ -101,6 +101,49 @@ class Episode:
     def queries(self) -> int:
         return self.identity.queries
 
+    @classmethod
+    def from_tensors(cls, support: Tensor, query: Tensor, ways: int) -> Episode:
+        """Episodes from class-major tensors alone, e.g. to try an algorithm on synthetic data.
+
+        Labels are those the data module gives (``0…0 1…1 …``); the identity names classes ``0..ways-1``,
+        sample index 0 everywhere and episode ids ``0..B-1``, so it does not rebuild the episodes from a dataset.
+
+        Args:
+            support: ``[B, ways * shots, ...]`` support samples, class-major.
+            query: ``[B, ways * queries, ...]`` query samples, class-major.
+            ways: classes per episode.
+
+        Raises:
+            ValueError: if a sample count does not divide by ``ways`` or the batch sizes differ.
+
+        Example::
+
+            >>> batch = Episode.from_tensors(torch.zeros(2, 5, 1, 8, 8), torch.zeros(2, 15, 1, 8, 8), ways=5)
+            >>> (len(batch), batch.ways, batch.shots, batch.queries), batch.query_labels[0].tolist()[:4]
+            ((2, 5, 1, 3), [0, 0, 0, 1])
+        """
+        episodes = support.shape[0]
+        if query.shape[0] != episodes or support.shape[1] % ways or query.shape[1] % ways:
+            raise ValueError(
+                f"support {tuple(support.shape)} and query {tuple(query.shape)} must hold the same number of episodes "
+                f"and a multiple of ways={ways} samples each"
+            )
+        shots, queries = support.shape[1] // ways, query.shape[1] // ways
+        identity = EpisodeIdentity(
+            torch.arange(ways).repeat(episodes, 1),
+            torch.zeros(episodes, ways, shots, dtype=torch.long),
+            torch.zeros(episodes, ways, queries, dtype=torch.long),
+            torch.arange(episodes),
+        )
+        device = support.device
+        return cls(
+            support,
+            episode_labels(episodes, ways, shots, device),
+            query,
+            episode_labels(episodes, ways, queries, device),
+            identity,
+        )
+
     def pin_memory(self) -> Episode:
         """Called by ``DataLoader(pin_memory=True)`` for faster, non-blocking host-to-device copies."""
         return Episode(

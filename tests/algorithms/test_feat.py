@@ -15,7 +15,7 @@ from pytorch_lightning.callbacks import Callback
 from torch import nn
 
 from lightning_episodes.algorithms import FEAT, checkpoint_info, load_episodic_module
-from lightning_episodes.data.episode import Episode, EpisodeIdentity, episode_labels
+from lightning_episodes.data.episode import Episode
 from tests.algorithms.test_maml import build_cli
 from tests.helpers import tiny_datamodule, tiny_trainer
 
@@ -37,20 +37,7 @@ class Flatten(nn.Module):
 
 def feature_episodes(support: torch.Tensor, query: torch.Tensor, ways: int) -> Episode:
     """Episodes ``[B, N, D]`` of class-major features, as images ``[B, N, 1, 1, D]``."""
-    episodes, shots, queries = len(support), support.shape[1] // ways, query.shape[1] // ways
-    identity = EpisodeIdentity(
-        torch.arange(ways).repeat(episodes, 1),
-        torch.zeros(episodes, ways, shots, dtype=torch.long),
-        torch.zeros(episodes, ways, queries, dtype=torch.long),
-        torch.arange(episodes),
-    )
-    return Episode(
-        support[:, :, None, None],
-        episode_labels(episodes, ways, shots),
-        query[:, :, None, None],
-        episode_labels(episodes, ways, queries),
-        identity,
-    )
+    return Episode.from_tensors(support[:, :, None, None], query[:, :, None, None], ways)
 
 
 def feat_on_features(dim: int, **kwargs: object) -> FEAT:

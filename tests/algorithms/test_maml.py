@@ -16,7 +16,7 @@ from lightning_episodes.algorithms import ANIL, FEAT, MAML
 from lightning_episodes.algorithms.base import EpisodeOutput, EpisodicModule
 from lightning_episodes.cli import EpisodicCLI
 from lightning_episodes.data import EpisodicDataModule
-from lightning_episodes.data.episode import Episode, EpisodeIdentity, episode_labels
+from lightning_episodes.data.episode import Episode
 from tests.helpers import tiny_datamodule, tiny_trainer
 
 l2l = pytest.importorskip("learn2learn")
@@ -39,15 +39,7 @@ def random_episodes(episodes: int = 2, ways: int = 5, dtype: torch.dtype = torch
     g = torch.Generator().manual_seed(0)
     support = torch.randn(episodes, ways * shots, 1, 16, 16, generator=g, dtype=dtype)
     query = torch.randn(episodes, ways * queries, 1, 16, 16, generator=g, dtype=dtype)
-    identity = EpisodeIdentity(
-        torch.arange(ways).repeat(episodes, 1),
-        torch.zeros(episodes, ways, shots, dtype=torch.long),
-        torch.zeros(episodes, ways, queries, dtype=torch.long),
-        torch.arange(episodes),
-    )
-    return Episode(
-        support, episode_labels(episodes, ways, shots), query, episode_labels(episodes, ways, queries), identity
-    )
+    return Episode.from_tensors(support, query, ways)
 
 
 RENAMES = [

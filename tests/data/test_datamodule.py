@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lightning_episodes import EpisodicDataModule
+from lightning_episodes import Episode, EpisodicDataModule
 from tests.helpers import tiny_datamodule
 
 
@@ -110,3 +110,17 @@ def test_train_seed_changes_the_training_episodes_only() -> None:
     assert torch.equal(moved[0], default[0])
     assert not torch.equal(moved[1], default[1])
     assert not torch.equal(moved[2], default[2])
+
+
+def test_episodes_from_tensors_get_the_data_modules_labels_and_bad_shapes_are_named() -> None:
+    dm = tiny_datamodule()
+    dm.setup("fit")
+    real = dm.assemble(next(iter(dm.train_dataloader())))
+    built = Episode.from_tensors(real.support, real.query, real.ways)
+    assert torch.equal(built.support_labels, real.support_labels)
+    assert torch.equal(built.query_labels, real.query_labels)
+    assert (built.ways, built.shots, built.queries) == (real.ways, real.shots, real.queries)
+    with pytest.raises(ValueError, match="multiple of ways=4"):
+        Episode.from_tensors(real.support, real.query, 4)
+    with pytest.raises(ValueError, match="same number of episodes"):
+        Episode.from_tensors(real.support, real.query[:1], real.ways)
