@@ -13,8 +13,8 @@ quickstart: setup
 	$(BIN)/lightning-episodes test --config configs/quickstart.yaml --ckpt_path best
 
 lint: setup
-	$(BIN)/ruff check lightning_episodes tests benchmarks
-	$(BIN)/ruff format --check lightning_episodes tests benchmarks
+	$(BIN)/ruff check lightning_episodes tests benchmarks scripts
+	$(BIN)/ruff format --check lightning_episodes tests benchmarks scripts
 	$(BIN)/mypy
 
 test: lint
