@@ -34,6 +34,9 @@ def load_episodic_module(path: str | Path, map_location: str | torch.device = "c
     Only classes that subclass :class:`EpisodicModule` are accepted, and tensors load with
     ``weights_only=True``: a checkpoint cannot make this function run arbitrary code.
 
+    The module is as it was trained, its ``channels_last`` layout included (a Trainer applies that in
+    ``configure_model``; a module loaded for scoring or as an offline reference has no Trainer to do it).
+
     Raises:
         ValueError: if the recorded class is not an :class:`EpisodicModule`.
     """
@@ -42,4 +45,7 @@ def load_episodic_module(path: str | Path, map_location: str | torch.device = "c
     cls = getattr(importlib.import_module(module_name), name, None)
     if not (isinstance(cls, type) and issubclass(cls, EpisodicModule)):
         raise ValueError(f"{path} records {class_path!r}, which is not an EpisodicModule")
-    return cls.load_from_checkpoint(path, map_location=map_location, weights_only=True)
+    module = cls.load_from_checkpoint(path, map_location=map_location, weights_only=True)
+    if module.channels_last:
+        module.use_channels_last()
+    return module

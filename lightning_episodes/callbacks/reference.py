@@ -82,8 +82,6 @@ def load_reference(
         reads them.
     """
     reference = load_episodic_module(path, map_location="cpu").to(device=device, dtype=dtype)
-    if reference.channels_last:  # the layout it was trained in (a Trainer would apply it in configure_model)
-        reference.use_channels_last()
     reference.eval()
     set_eval_batch_norm(reference, reference.eval_batch_norm)
     if not type(reference).requires_grad_in_evaluation:
