@@ -30,7 +30,7 @@ import torch
 from scipy import stats
 
 from lightning_episodes.analysis.report import RESULTS_FILE, RunResult, combine, find_results, format_cell, read_result
-from lightning_episodes.analysis.scoring import checkpoint_datamodule, score_episodes
+from lightning_episodes.analysis.scoring import DEVICE_HELP, checkpoint_datamodule, resolve_device, score_episodes
 from lightning_episodes.analysis.tables import DifficultyTable, join_on_episode
 
 #: The per-episode test scores cached beside each run's ``test_results.json``.
@@ -208,7 +208,9 @@ def run_checkpoint(record_path: Path) -> Path:
     return next((path for path in found if path.name == tested), found[-1])
 
 
-def run_scores(record_path: Path, count: int | None = None, device: str = "cpu") -> tuple[DifficultyTable, RunResult]:
+def run_scores(
+    record_path: Path, count: int | None = None, device: str | torch.device = "cpu"
+) -> tuple[DifficultyTable, RunResult]:
     """A run's per-episode test scores (from its cached ``test_episodes.csv``, or scored and cached) and its
     :class:`~lightning_episodes.analysis.report.RunResult` with the accuracy and interval of those scores.
 
@@ -264,7 +266,7 @@ def _seed_folders(scenario: Path) -> list[Path]:
 
 
 def compare_scenario(
-    scenario: Path, baseline: str, treatment: str, count: int | None = None, device: str = "cpu"
+    scenario: Path, baseline: str, treatment: str, count: int | None = None, device: str | torch.device = "cpu"
 ) -> list[str]:
     """The entries of one row of :func:`main`'s table: the scenario, both arms and their paired difference.
 
@@ -325,11 +327,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--treatment", default="uniform_online", help="run folder of the treatment arm")
     parser.add_argument("--episodes", type=int, default=None, help="test episodes (default: each run's own count)")
     parser.add_argument("--markdown", type=Path, help="also write the Markdown table to this file")
-    parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, mps or auto (default)")
+    parser.add_argument("--device", default="auto", help=DEVICE_HELP)
     args = parser.parse_args(sys.argv[2:] if argv is None else list(argv))
     if args.episodes is not None and args.episodes < 1:
         parser.error(f"--episodes must be >= 1, got {args.episodes}")
-    device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
+    try:
+        device = resolve_device(args.device)
+    except ValueError as error:
+        parser.error(str(error))
     lines = [
         f"| Scenario | Algorithm | {args.baseline} | {args.treatment} | Paired difference (pp) | p | "
         "Per-seed differences (pp) | Episodes |",

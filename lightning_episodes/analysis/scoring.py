@@ -286,6 +286,24 @@ def checkpoint_datamodule(
         raise ValueError(f"invalid data option: {error}") from None
 
 
+#: Help of the ``--device`` option of the analysis commands.
+DEVICE_HELP = "cpu, cuda, cuda:1, mps or auto (default: cuda if available, else cpu)"
+
+
+def resolve_device(name: str) -> torch.device:
+    """A ``--device`` value as a device: ``auto`` is CUDA when available, else the CPU.
+
+    Raises:
+        ValueError: if ``name`` is not a device name.
+    """
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        return torch.device(name)
+    except RuntimeError:
+        raise ValueError(f"--device {name!r} is not a device (cpu, cuda, cuda:1, mps or auto)") from None
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="lightning-episodes difficulty",
@@ -298,7 +316,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--split", choices=get_args(Split), default="test", help="whose fixed episodes (default: test)")
     parser.add_argument("--batch_size", type=int, default=None, help="episodes per forward pass")
     parser.add_argument("--config", action="append", default=[], help="YAML with a `data:` section (repeatable)")
-    parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, mps or auto (default)")
+    parser.add_argument("--device", default="auto", help=DEVICE_HELP)
     return parser
 
 
@@ -315,7 +333,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     parser = _parser()
     args, extra = parser.parse_known_args(sys.argv[2:] if argv is None else list(argv))
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
+    try:
+        device = resolve_device(args.device)
+    except ValueError as error:
+        parser.error(str(error))
     try:
         options = _data_options(extra)
         if args.episodes < 1:

@@ -226,6 +226,7 @@ def test_config_files_then_data_options_override_the_saved_settings(checkpoint: 
         (["--ckpt_path", "CKPT", "--output", "x.csv", "--data.nope", "1"], "nope"),
         (["--ckpt_path", "CKPT", "--output", "x.csv", "--episodes", "0"], "--episodes"),
         (["--ckpt_path", "CKPT", "--output", "x.csv", "--bogus"], "--bogus"),
+        (["--ckpt_path", "CKPT", "--output", "x.csv", "--device", "gpu0"], "--device 'gpu0' is not a device"),
     ],
 )
 def test_command_errors_name_the_argument(
