@@ -215,6 +215,22 @@ class DifficultyWeightingCallback(Callback):
         self._warnings = 0
 
     @property
+    def options(self) -> dict[str, str | int | float | bool | None]:
+        """Every option of this callback as plain values (what a results record stores to tell runs apart)."""
+        return {
+            "target": self.target_name,
+            "proposal": self.proposal,
+            "decay": self.estimator.decay,
+            "warmup_steps": self.estimator.warmup_steps,
+            "update": self.estimator.update_mode,
+            "support_sigmas": self.support_sigmas,
+            "out_of_support": self.out_of_support,
+            "normalization": self.normalization,
+            "reference_checkpoint": self.reference_checkpoint,
+            "offline_episodes": self.offline_episodes,
+        }
+
+    @property
     @override
     def state_key(self) -> str:
         # fixed prefix, not type(self).__qualname__: subclasses restore checkpoints of the base class
