@@ -77,11 +77,11 @@ def run_scenario(
     Args:
         data: data config (dataset, ways/shots and the paper's schedule), e.g. ``configs/data/mini_imagenet_5w1s.yaml``.
         model: model config, e.g. ``configs/models/protonet_euclidean_conv4.yaml``.
-        out: output root; runs go to ``out/<data>__<model>/seed<N>/<scheme>_<proposal>``.
+        out: output root; runs go to ``out/<data>__<model>/seed<N>/<scheme>_<estimate>``.
         runner: executes one ``lightning-episodes`` argument list.
         trainer: optional trainer configs (``configs/trainer/*.yaml``), given after the model config.
         schemes: targets run offline from the baseline's best checkpoint (and online with ``online``).
-        online: also run each scheme with the online proposal (it needs no reference).
+        online: also run each scheme with the online estimate (it needs no reference).
         seeds: values of ``--seed_everything`` (the model's initialisation) and ``--data.train_seed`` (the
             training episodes); data.seed, and so the validation and test episodes, stay the data config's.
         offline: run the offline schemes (``False`` with ``online``: online schemes only, no reference needed).
@@ -99,16 +99,16 @@ def run_scenario(
         folder = scenario / f"seed{seed}"
         baseline = folder / "baseline_online"
         plan: list[tuple[Path, str, str]] = [(baseline, "baseline", "online")]
-        proposals = [p for p, wanted in (("offline", offline), ("online", online)) if wanted]
-        for proposal in proposals:
-            plan += [(folder / f"{scheme}_{proposal}", scheme, proposal) for scheme in schemes if scheme != "baseline"]
-        for run_dir, scheme, proposal in plan:
+        estimates = [p for p, wanted in (("offline", offline), ("online", online)) if wanted]
+        for estimate in estimates:
+            plan += [(folder / f"{scheme}_{estimate}", scheme, estimate) for scheme in schemes if scheme != "baseline"]
+        for run_dir, scheme, estimate in plan:
             runs.append(run_dir)
             if finished(run_dir):
                 print(f"[run_scenario] {run_dir} is done: skipped", file=sys.stderr)
                 continue
-            args = ["fit", *common, "--config", str(SAMPLING / f"{scheme}_{proposal}.yaml")]
-            if proposal == "offline":
+            args = ["fit", *common, "--config", str(SAMPLING / f"{scheme}_{estimate}.yaml")]
+            if estimate == "offline":
                 reference = Path(f"<best checkpoint of {baseline}>") if dry_run else best_checkpoint(baseline)
                 args += [f"--trainer.callbacks.reference_checkpoint={reference}"]
             args += [f"--seed_everything={seed}", f"--data.train_seed={seed}", f"--trainer.default_root_dir={run_dir}"]

@@ -19,7 +19,7 @@ from typing_extensions import override
 from lightning_episodes.algorithms.metrics import EpisodeMeanCI
 from lightning_episodes.data.episode import Episode
 from lightning_episodes.models import EpisodicBackbone, set_eval_batch_norm
-from lightning_episodes.weighting import WeightedLoss, weighted_loss
+from lightning_episodes.weighting import EpisodeWeights, WeightedLoss, weighted_loss
 
 EvalBatchNorm = Literal["running", "episode"]
 
@@ -49,10 +49,10 @@ class WeightingStrategy(Protocol):
     """The seam through which importance weights reach the loss (``DifficultyWeightingCallback`` installs
     itself as ``module.weighting``); without one, every weight is 1 and the loss is the plain mean."""
 
-    normalization: str
-
-    def episode_weights(self, module: EpisodicModule, batch: Episode, difficulties: Tensor) -> Tensor:
-        """``[B]`` detached, finite, non-negative weights for this rank's episodes of the step."""
+    def episode_weights(self, module: EpisodicModule, batch: Episode, difficulties: Tensor) -> EpisodeWeights:
+        """This rank's ``[B]`` detached, finite, non-negative weights of the step and how the loss normalises
+        them (:class:`~lightning_episodes.weighting.EpisodeWeights`: ``"ess"``, ``"self"`` or a ``"fixed"``
+        global denominator), passed on to :func:`~lightning_episodes.weighting.weighted_loss`."""
         ...
 
 
@@ -75,7 +75,7 @@ class EpisodicModule(pl.LightningModule):
     """Base class of every episodic algorithm.
 
     A subclass implements :meth:`episode_losses`; this class turns it into the training loss (the
-    ESS-normalised importance-weighted estimator of DESIGN.md, exact under DDP), logging, evaluation
+    ESS-normalised importance-weighted estimator of docs/method.md, exact under DDP), logging, evaluation
     (mean accuracy ± 95% CI over episodes, synchronised across devices) and the optimiser.
 
     Args:
@@ -169,23 +169,22 @@ class EpisodicModule(pl.LightningModule):
         out = self._output(batch)
         difficulties = out.difficulty
         if self.weighting is None:
-            weights = torch.ones_like(difficulties)
-            normalization = "ess"
+            step = EpisodeWeights(torch.ones_like(difficulties))
         else:
-            weights = self.weighting.episode_weights(self, batch, difficulties)
-            normalization = self.weighting.normalization
+            step = self.weighting.episode_weights(self, batch, difficulties)
         result = weighted_loss(
             out.losses,
-            weights,
-            normalization=normalization,
+            step.weights,
+            normalization=step.normalization,
             reduce=self._sum_over_ranks,
             world_size=self.trainer.world_size,
+            denominator=step.denominator,
         )
         self._log_training(out, result)
         return {
             "loss": result.loss,
             "difficulties": difficulties,
-            "weights": weights.detach(),
+            "weights": step.weights.detach(),
             "weighted": result,
         }
 

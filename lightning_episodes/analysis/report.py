@@ -169,9 +169,15 @@ def sampling_scheme(config: dict[str, Any]) -> tuple[str, str | None]:
         if not isinstance(callback, dict):
             continue
         init_args = callback.get("init_args") or {}
-        if "DifficultyWeighting" in str(callback.get("class_path", "")) or {"target", "proposal"} <= set(init_args):
-            return _scheme(init_args.get("target", "uniform"), init_args.get("proposal", "online"))
+        named = "DifficultyWeighting" in str(callback.get("class_path", ""))
+        if named or ("target" in init_args and {"estimate", "proposal"} & set(init_args)):
+            return _scheme(init_args.get("target", "uniform"), _estimate(init_args))
     return "baseline", None
+
+
+def _estimate(options: dict[str, Any]) -> Any:
+    """``online``/``offline``: the ``estimate`` option, or ``proposal`` in configs and records of earlier versions."""
+    return options.get("estimate", options.get("proposal", "online"))
 
 
 def _scheme(target: Any, proposal: Any) -> tuple[str, str | None]:
@@ -201,7 +207,7 @@ def read_result(path: str | Path) -> RunResult:
     config = (yaml.safe_load(config_path.read_text()) or {}) if config_path.is_file() else None
     sampling = record.get("sampling")
     if isinstance(sampling, dict):
-        target, proposal = _scheme(sampling.get("target", "baseline"), sampling.get("proposal", "online"))
+        target, proposal = _scheme(sampling.get("target", "baseline"), _estimate(sampling))
     elif config is not None:
         target, proposal = sampling_scheme(config)
     else:

@@ -3,14 +3,16 @@ Difficulty weighting
 ^^^^^^^^^^^^^^^^^^^^
 
 Importance weighting over episode difficulty ("Uniform Sampling over Episode Difficulty", Arnold et al.,
-NeurIPS 2021) as a Lightning callback that plugs into :class:`~lightning_episodes.EpisodicModule`.
+NeurIPS 2021) as a Lightning callback that plugs into :class:`~lightning_episodes.EpisodicModule`. It composes
+a proposal model, a target, a normaliser and diagnostics from :mod:`lightning_episodes.weighting`; the method
+and every option are described in ``docs/method.md``.
 """
 
 from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Final, NamedTuple
+from typing import Any, Final, Literal, NamedTuple
 
 import pytorch_lightning as pl
 import torch
@@ -21,6 +23,7 @@ from torch import Tensor
 from typing_extensions import override
 
 from lightning_episodes.algorithms.base import EpisodicModule, WeightingStrategy
+from lightning_episodes.callbacks._weighting_options import ESTIMATES, check_options
 from lightning_episodes.callbacks.reference import (
     check_reference,
     load_reference,
@@ -30,26 +33,21 @@ from lightning_episodes.callbacks.reference import (
 )
 from lightning_episodes.data.episode import Episode
 from lightning_episodes.weighting import (
-    NORMALIZATIONS,
-    OUT_OF_SUPPORT,
-    SIGMA_FLOOR,
-    UPDATES,
     CurriculumTarget,
-    DifficultyEstimator,
+    EpisodeWeights,
     Target,
+    WeightingDiagnostics,
+    better_proposal,
     curriculum_progress,
-    fraction_outside_support,
     get_target,
-    importance_weights,
+    make_normalizer,
+    make_proposal,
 )
 
-__all__ = ["PROPOSALS", "DifficultyWeightingCallback", "WeightingStep"]
-
-#: Accepted values of ``proposal``.
-PROPOSALS: Final[tuple[str, ...]] = ("online", "offline")
+__all__ = ["ESTIMATES", "DifficultyWeightingCallback", "WeightingStep"]
 
 # non-finite episodes are always counted (and logged); only the first few steps with some are warned about
-_MAX_WARNINGS = 10
+_MAX_WARNINGS: Final[int] = 10
 
 
 class WeightingStep(NamedTuple):
@@ -58,12 +56,14 @@ class WeightingStep(NamedTuple):
     Attributes:
         step: ``trainer.global_step`` when the step's weights were computed (0-based).
         progress: ``t / T`` with ``T = trainer.max_steps`` (``None`` without ``max_steps``).
-        mu: mean difficulty the weights used (before the step's update).
-        sigma: standard deviation the weights used (floored).
+        mu: the proposal's location the weights used (before the step's update; see ``Proposal.location``).
+        sigma: the proposal's scale the weights used.
         difficulties: float64 ``[|B|]`` on the CPU: the difficulties the weights were computed from (the
             reference model's offline, the trained model's online).
-        weights: float64 ``[|B|]`` on the CPU: the weights the loss used.
+        weights: float64 ``[|B|]`` on the CPU: the weights the loss used (after shuffling and normalising).
         warmup: ``True`` while the online warm-up gave every episode weight 1.
+        raw_weights: float64 ``[|B|]``: ``p / q`` before shuffling and normalising.
+        support: the support ``(low, high)`` the weights used.
     """
 
     step: int
@@ -73,18 +73,8 @@ class WeightingStep(NamedTuple):
     difficulties: Tensor
     weights: Tensor
     warmup: bool
-
-
-def _is_number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _invalid(name: str, value: object, requirement: str) -> ValueError:
-    return ValueError(f"DifficultyWeightingCallback: {name} must be {requirement}, got {value!r}")
+    raw_weights: Tensor | None = None
+    support: tuple[float, float] = (math.nan, math.nan)
 
 
 def _logger_writes(trainer: pl.Trainer) -> bool:
@@ -97,48 +87,59 @@ def _logger_writes(trainer: pl.Trainer) -> bool:
 class DifficultyWeightingCallback(Callback):
     r"""Re-weights each training episode by ``w = p(difficulty) / q(difficulty)`` (Arnold et al., 2021).
 
-    The callback installs itself as the :class:`~lightning_episodes.EpisodicModule`'s weighting strategy.
-    It models the difficulty ``Omega`` (query loss) of plainly sampled episodes as ``q = N(mu, sigma^2)``
-    truncated to ``S = [mu - c sigma, mu + c sigma]`` and gives each episode the weight ``p(Omega) / q(Omega)``
-    of a ``target`` distribution ``p`` on ``S``; the module then trains on ``sum w L / ESS``
-    (``ESS = (sum w)^2 / sum w^2``), which is ``|B| / ESS`` times the plain importance-sampling estimate.
+    The callback installs itself as the :class:`~lightning_episodes.EpisodicModule`'s weighting strategy. A
+    ``proposal`` models the difficulty ``Omega`` (query loss) of plainly sampled episodes (``normal``: the paper's
+    ``N(mu, sigma^2)``; ``lognormal``: normal on ``log Omega``; ``empirical``: a kernel density estimate over the
+    last ``window`` difficulties), truncated to its central interval ``S`` of mass ``Phi(c) - Phi(-c)`` (for the
+    normal ``[mu - c sigma, mu + c sigma]``); each episode gets the weight ``p(Omega) / q(Omega)`` of a ``target``
+    ``p`` on ``S``; a ``normalization`` turns the weights into the loss (``ess``: ``sum w L / ESS``, the paper's).
 
-    - ``proposal="online"`` (default): for ``warmup_steps`` steps every weight is 1 and ``mu, sigma^2`` are the
-      plain mean and variance of those steps' difficulties; afterwards each step is weighted with the estimates
-      as they stand, which then absorb the step's ordered global batch (``update="episode"``: one exponential
-      moving average update per episode; ``"batch"``: one per step; ``decay`` is the weight of the old value).
-    - ``proposal="offline"``: a frozen ``reference_checkpoint`` (any algorithm of this library trained with plain
-      sampling on the same ways) scores ``offline_episodes`` training episodes before training to fix
-      ``mu, sigma^2``; each training episode is weighted by the reference's difficulty of that episode.
+    - ``estimate="online"`` (default): ``warmup_steps`` steps of plain sampling (every weight 1) fit ``q``; then
+      each step is weighted with ``q`` as it stands, which then absorbs the step's ordered global batch
+      (``update``/``decay``: the moving averages of normal and log-normal; ``window``: the empirical's window).
+    - ``estimate="offline"``: a frozen ``reference_checkpoint`` (trained with plain sampling on the same ways)
+      scores ``offline_episodes`` training episodes before training to fix ``q``; each training episode is weighted
+      by the reference's difficulty of it.
 
-    Under DDP every rank gathers the difficulties of the global batch, so all ranks hold identical estimates
-    and the gradient equals that of one process on the same batch. It logs ``weighting/mu``, ``sigma``, ``ess``,
-    ``batch_over_ess`` (``|B| / ESS``), ``ess_over_batch``, ``weight_min``/``mean``/``max``, ``outside_support``
-    (fraction of the batch outside ``S``), ``skipped_steps`` (cumulative steps with ``sum w = 0``, which get zero
-    gradient), ``nonfinite_episodes`` (cumulative episodes with a non-finite loss, masked out) and, for the
-    curriculum, ``mu_t``, on the steps where the loggers write (every ``trainer.log_every_n_steps``, as Lightning
-    logs ``train/loss``): logging is most of the callback's own cost. Its estimates absorb every step, and
-    :attr:`last_step` holds every step's weights and difficulties.
+    Every rank gathers the step's difficulties once (rank order = global batch order) and computes the global
+    weights identically, so the gradient equals one process's on the same batch. On the steps where the loggers
+    write it logs ``weighting/``: ``mu``, ``sigma`` (the proposal's location and scale), ``low``/``high`` (``S``),
+    ``ess``, ``batch_over_ess``, ``ess_over_batch``, ``sum_w_over_ess``, ``weight_min``/``mean``/``max``,
+    ``outside_support``, ``skipped_steps``, ``nonfinite_episodes``, ``pareto_k`` (of the last ``window`` weights;
+    > 0.7: unreliable), ``skewness`` and ``normality_p`` (Shapiro-Wilk) of recent difficulties (and of their logs
+    for ``lognormal``), ``mu_t`` for the curriculum, ``grad_norm`` with ``log_grad_norm``. At the end of the
+    warm-up (then every ``warmup_steps`` steps, when the verdict changes) it warns once if another proposal fits
+    the recent difficulties better (held-out log-likelihood). :attr:`last_step` holds every step's weights.
 
     Args:
         target: ``"baseline"``, ``"uniform"``, ``"easy"``, ``"hard"``, ``"curriculum"``, a name registered with
             :func:`~lightning_episodes.weighting.register_target`, or a :class:`~lightning_episodes.weighting.Target`.
         decay: ``lambda`` in ``[0, 1)``, the weight of the old value in the online moving average.
         warmup_steps: optimizer steps of plain sampling before online weighting starts (>= 2).
-        support_sigmas: ``c``, half-width of the support ``S`` in standard deviations (2.58: about 99%).
+        support_sigmas: ``c``: ``S`` holds the central mass ``Phi(c) - Phi(-c)`` of ``q`` (2.58: about 99%).
         out_of_support: ``"zero"``: weight 0 outside ``S``; ``"clamp"``: evaluate at the nearest end of ``S``.
-        normalization: ``"ess"`` (``sum w L / ESS``, the paper's) or ``"self"`` (``sum w L / sum w``).
-        update: ``"episode"`` or ``"batch"``: how the online estimate absorbs a step.
-        proposal: ``"online"`` or ``"offline"``.
+        normalization: ``"ess"`` (``sum w L / ESS``, the paper's), ``"self"`` (``sum w L / sum w``),
+            ``"truncated"`` (weights capped at ``mean(w) sqrt(|B|)``, then self), ``"psis"`` (Pareto-smoothed
+            tail, then self) or ``"running"`` (``sum w L / D``, ``D`` a moving average of ``sum w``).
+        update: ``"episode"`` or ``"batch"``: how the normal/log-normal online estimate absorbs a step.
+        estimate: ``"online"`` or ``"offline"``.
+        proposal: ``"normal"``, ``"lognormal"`` or ``"empirical"``: the model ``q`` of the difficulties.
+        window: recent difficulties of the empirical proposal, recent weights of ``psis`` and of the diagnostics.
+        running_decay: weight of the old value in ``running``'s average of ``sum w``, in ``[0, 1)``.
+        shuffle_weights: placebo control: permute each step's weights among its episodes (same permutation on
+            every rank, from ``seed`` and the step): the same weight variance, no targeting.
+        seed: seeds the placebo's permutations (``torch.Generator`` seeded with ``seed * 2**32 + step``).
+        log_grad_norm: log ``weighting/grad_norm``, the total gradient norm before the optimizer step.
         reference_checkpoint: the offline reference model's checkpoint (required for ``"offline"``).
-        offline_episodes: training episodes the reference scores to fix ``mu, sigma^2`` offline.
+        offline_episodes: training episodes the reference scores to fix ``q`` offline.
         histogram_every_n_steps: every N steps, the global batch's difficulties and weights go to
             TensorBoard as histograms (``weighting/difficulties``, ``weighting/weights``); 0 turns it off.
         name: distinguishes the checkpointed state of several instances (see the tip).
 
     Raises:
-        ValueError: at construction, for an argument out of range or unknown; at ``setup``, for a curriculum
-            without ``trainer.max_steps``, ``accumulate_grad_batches > 1``, or a reference trained on other ways.
+        ValueError: at construction, for an argument out of range or unknown (``proposal="online"/"offline"`` of
+            older versions: use ``estimate``); at ``setup``, for a curriculum without ``trainer.max_steps``,
+            ``accumulate_grad_batches > 1``, or a reference trained on other ways.
         FileNotFoundError: at ``setup``, if ``reference_checkpoint`` does not exist.
 
     .. tip:: The checkpoint key is ``"DifficultyWeightingCallback[<name>]"`` for this class *and its subclasses*,
@@ -147,7 +148,7 @@ class DifficultyWeightingCallback(Callback):
 
     Example::
 
-        >>> callback = DifficultyWeightingCallback(target="uniform", warmup_steps=100)
+        >>> callback = DifficultyWeightingCallback(target="uniform", proposal="lognormal", normalization="running")
         >>> callback.state_key
         'DifficultyWeightingCallback[]'
         >>> # trainer = pl.Trainer(max_steps=10_000, callbacks=[callback]); trainer.fit(ProtoNet(), datamodule)
@@ -159,10 +160,16 @@ class DifficultyWeightingCallback(Callback):
         decay: float = 0.9,
         warmup_steps: int = 100,
         support_sigmas: float = 2.58,
-        out_of_support: str = "zero",
-        normalization: str = "ess",
-        update: str = "episode",
-        proposal: str = "online",
+        out_of_support: Literal["zero", "clamp"] = "zero",
+        normalization: Literal["ess", "self", "truncated", "psis", "running"] = "ess",
+        update: Literal["episode", "batch"] = "episode",
+        estimate: Literal["online", "offline"] = "online",
+        proposal: Literal["normal", "lognormal", "empirical"] = "normal",
+        window: int = 1000,
+        running_decay: float = 0.99,
+        shuffle_weights: bool = False,
+        seed: int = 0,
+        log_grad_norm: bool = False,
         reference_checkpoint: str | Path | None = None,
         offline_episodes: int = 1000,
         histogram_every_n_steps: int = 0,
@@ -172,63 +179,38 @@ class DifficultyWeightingCallback(Callback):
             self.target = get_target(target)
         except ValueError as error:
             raise ValueError(f"DifficultyWeightingCallback: {error}") from None
-        if not (_is_number(decay) and 0.0 <= decay < 1.0):
-            raise _invalid("decay", decay, "a number in [0, 1)")
-        if not (_is_int(warmup_steps) and warmup_steps >= 2):
-            raise _invalid("warmup_steps", warmup_steps, "an integer >= 2")
-        if not (_is_number(support_sigmas) and support_sigmas > 0):
-            raise _invalid("support_sigmas", support_sigmas, "a finite number > 0")
-        for key, value, allowed in (
-            ("out_of_support", out_of_support, OUT_OF_SUPPORT),
-            ("normalization", normalization, NORMALIZATIONS),
-            ("update", update, UPDATES),
-            ("proposal", proposal, PROPOSALS),
-        ):
-            if value not in allowed:
-                raise _invalid(key, value, f"one of {list(allowed)}")
-        if proposal == "offline" and not reference_checkpoint:
-            raise ValueError(
-                "DifficultyWeightingCallback: proposal='offline' needs reference_checkpoint, the checkpoint of a "
-                "model trained with plain sampling on the same ways (on the command line: "
-                "--trainer.callbacks.reference_checkpoint=PATH after the sampling config)"
-            )
-        if not (_is_int(offline_episodes) and offline_episodes >= 2):
-            raise _invalid("offline_episodes", offline_episodes, "an integer >= 2")
-        if not (_is_int(histogram_every_n_steps) and histogram_every_n_steps >= 0):
-            raise _invalid("histogram_every_n_steps", histogram_every_n_steps, "an integer >= 0")
-        self.histogram_every_n_steps = histogram_every_n_steps
         self.target_name = target if isinstance(target, str) else type(target).__name__
+        self._options: dict[str, Any] = {
+            "target": self.target_name, "proposal": proposal, "estimate": estimate, "decay": decay,
+            "warmup_steps": warmup_steps, "update": update, "support_sigmas": support_sigmas,
+            "out_of_support": out_of_support, "normalization": normalization, "window": window,
+            "running_decay": running_decay, "shuffle_weights": shuffle_weights, "seed": seed,
+            "log_grad_norm": log_grad_norm, "offline_episodes": offline_episodes,
+            "histogram_every_n_steps": histogram_every_n_steps,
+            "reference_checkpoint": None if reference_checkpoint is None else str(reference_checkpoint),
+        }  # fmt: skip
+        check_options(self._options)
         self.support_sigmas, self.out_of_support = float(support_sigmas), out_of_support
-        self.normalization, self.proposal = normalization, proposal
-        self.reference_checkpoint = None if reference_checkpoint is None else str(reference_checkpoint)
-        self.offline_episodes, self.name = offline_episodes, name
-        self.estimator = DifficultyEstimator(float(decay), warmup_steps, update)
-        self.skipped_steps = 0
-        self.nonfinite_episodes = 0
-        #: offline ``(mu, variance, n)``, fixed before training (restored on resume instead of re-scored)
-        self.offline: tuple[float, float, int] | None = None
+        self.normalization, self.estimate, self.proposal = normalization, estimate, proposal
+        self.warmup_steps, self.window, self.seed = warmup_steps, window, seed
+        self.shuffle_weights, self.log_grad_norm = shuffle_weights, log_grad_norm
+        self.reference_checkpoint = self._options["reference_checkpoint"]
+        self.offline_episodes, self.histogram_every_n_steps, self.name = offline_episodes, histogram_every_n_steps, name
+        self.proposal_model = make_proposal(proposal, float(support_sigmas), float(decay), warmup_steps, update, window)
+        self.normalizer = make_normalizer(normalization, window, float(running_decay))
+        self.diagnostics = WeightingDiagnostics(window)
+        self.skipped_steps = self.nonfinite_episodes = self.offline_scored = 0
         self.reference: EpisodicModule | None = None
         #: what the last training step did (see :class:`WeightingStep`)
         self.last_step: WeightingStep | None = None
         self._previous: WeightingStrategy | None = None
-        self._pending: dict[str, Any] = {}
-        self._warnings = 0
+        self._pending: WeightingStep | None = None
+        self._warnings, self._verdict = 0, ""
 
     @property
     def options(self) -> dict[str, str | int | float | bool | None]:
         """Every option of this callback as plain values (what a results record stores to tell runs apart)."""
-        return {
-            "target": self.target_name,
-            "proposal": self.proposal,
-            "decay": self.estimator.decay,
-            "warmup_steps": self.estimator.warmup_steps,
-            "update": self.estimator.update_mode,
-            "support_sigmas": self.support_sigmas,
-            "out_of_support": self.out_of_support,
-            "normalization": self.normalization,
-            "reference_checkpoint": self.reference_checkpoint,
-            "offline_episodes": self.offline_episodes,
-        }
+        return dict(self._options)
 
     @property
     @override
@@ -236,21 +218,20 @@ class DifficultyWeightingCallback(Callback):
         # fixed prefix, not type(self).__qualname__: subclasses restore checkpoints of the base class
         return f"DifficultyWeightingCallback[{self.name}]"
 
-    # -- estimates ----------------------------------------------------------------------------------------------
     @property
     def ready(self) -> bool:
-        """Whether weights come from the estimates (offline: once scored; online: after the warm-up)."""
-        return self.offline is not None if self.proposal == "offline" else self.estimator.ready
+        """Whether weights come from ``q`` (offline: once scored; online: after the warm-up)."""
+        return self.proposal_model.ready
 
     @property
     def mu(self) -> float:
-        """The current mean difficulty (offline: the reference's, fixed)."""
-        return self.offline[0] if self.offline is not None else self.estimator.mu
+        """The proposal's current location (normal: the mean difficulty)."""
+        return self.proposal_model.location
 
     @property
     def sigma(self) -> float:
-        """The current standard deviation of difficulty, floored (offline: the reference's, fixed)."""
-        return self.estimator.sigma if self.offline is None else max(math.sqrt(self.offline[1]), SIGMA_FLOOR)
+        """The proposal's current scale (normal: the standard deviation of difficulty, floored)."""
+        return self.proposal_model.scale
 
     # -- set-up -------------------------------------------------------------------------------------------------
     @override
@@ -271,7 +252,7 @@ class DifficultyWeightingCallback(Callback):
                     f"{trainer.accumulate_grad_batches}: the ESS must be computed over the whole effective batch; "
                     "raise data.episodes_per_batch instead"
                 )
-            if self.proposal == "offline":
+            if self.estimate == "offline":
                 assert self.reference_checkpoint is not None  # checked in __init__
                 check_reference(self.reference_checkpoint, getattr(getattr(trainer, "datamodule", None), "ways", None))
         if pl_module.weighting is not self:
@@ -282,36 +263,36 @@ class DifficultyWeightingCallback(Callback):
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if isinstance(pl_module, EpisodicModule) and pl_module.weighting is self:
             pl_module.weighting = self._previous
-        self._previous = None
-        self.reference = None  # frees its memory; on_fit_start loads it again
-        self._pending = {}
+        self._previous = self.reference = self._pending = None  # frees the reference; on_fit_start loads it again
 
     @override
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if self.proposal != "offline":
+        if self.estimate != "offline":
             return
         assert self.reference_checkpoint is not None
         self.reference = load_reference(self.reference_checkpoint, pl_module.device, module_dtype(pl_module))
-        if self.offline is not None and self.offline[2] > 0:
+        if self.offline_scored > 0:
             return  # restored from the checkpoint: the same estimates, without scoring again
         datamodule = getattr(trainer, "datamodule", None)
         if datamodule is None or not hasattr(datamodule, "samplers"):
-            raise ValueError("DifficultyWeightingCallback(proposal='offline') needs an EpisodicDataModule")
+            raise ValueError("DifficultyWeightingCallback(estimate='offline') needs an EpisodicDataModule")
         # the precision context of a training step (e.g. autocast): the reference scores as it will during training
         with trainer.precision_plugin.train_step_context():
-            self.offline = score_offline(
-                self.reference,
-                datamodule,
-                self.offline_episodes,
-                pl_module.device,
-                trainer.global_rank,
-                trainer.world_size,
-                lambda t: trainer.strategy.reduce(t, reduce_op="sum"),  # every rank calls it
-            )
+            values = score_offline(
+                self.reference, datamodule, self.offline_episodes, pl_module.device, trainer.global_rank,
+                trainer.world_size, trainer.strategy.all_gather,  # every rank calls it
+            )  # fmt: skip
+        self.proposal_model.fit(values)
+        self.offline_scored = values.numel()
+        self.diagnostics.observe(values, None)
+        self._check_fit()
 
     # -- the weighting strategy (called from EpisodicModule.training_step) ---------------------------------------
-    def episode_weights(self, module: EpisodicModule, batch: Episode, difficulties: Tensor) -> Tensor:
-        """Weights ``[B_local]`` of this rank's episodes, from the estimates as they stand before the step.
+    def episode_weights(self, module: EpisodicModule, batch: Episode, difficulties: Tensor) -> EpisodeWeights:
+        """This rank's weights and their normalisation, from ``q`` as it stands before the step.
+
+        Gathers the global batch's difficulties (the step's one collective of this callback), computes the global
+        weights identically on every rank (shuffled for the placebo, then normalised) and returns this rank's slice.
 
         Args:
             module: the module being trained.
@@ -319,44 +300,47 @@ class DifficultyWeightingCallback(Callback):
             difficulties: the trained model's detached difficulties of ``batch``.
 
         Returns:
-            Detached, finite, non-negative weights (all 1 during the online warm-up).
+            Detached, finite, non-negative weights (all 1 during the online warm-up) and their normalisation.
         """
         trainer = module.trainer
         # every target may use the progress t / T (the curriculum needs it; setup checked max_steps for it)
         progress = curriculum_progress(trainer.global_step, trainer.max_steps) if trainer.max_steps > 0 else None
-        if self.proposal == "offline":
-            if self.reference is None or self.offline is None:
+        if self.estimate == "offline":
+            if self.reference is None or not self.ready:
                 raise RuntimeError("the offline reference is not loaded: on_fit_start has not run")
             difficulties = reference_difficulties(self.reference, batch).to(difficulties.device)
-        mu, sigma, warmup = self.mu, self.sigma, not self.ready
-        if warmup:
-            weights = torch.ones_like(difficulties)
-        else:
-            weights = importance_weights(
-                difficulties, mu, sigma, self.target, self.support_sigmas, self.out_of_support, progress
-            )
-        self._pending = {"step": trainer.global_step, "progress": progress, "mu": mu, "sigma": sigma}
-        self._pending.update(local=difficulties.detach(), warmup=warmup)
-        return weights.detach()
+        local = difficulties.detach()
+        # (W, B_local) under DDP, unchanged in one process; rank order is global batch order
+        everything = trainer.strategy.all_gather(local).reshape(-1)
+        q, warmup = self.proposal_model, not self.ready
+        raw = (
+            torch.ones_like(everything) if warmup else q.weights(everything, self.target, self.out_of_support, progress)
+        )
+        shuffled = raw
+        if self.shuffle_weights and not warmup:
+            generator = torch.Generator().manual_seed((self.seed * 2**32 + trainer.global_step) % 2**63)
+            shuffled = raw[torch.randperm(raw.numel(), generator=generator).to(raw.device)]
+        result = self.normalizer.normalize(shuffled)
+        self._pending = WeightingStep(
+            trainer.global_step, progress, q.location, q.scale, everything, result.weights, warmup, raw, q.support()
+        )
+        start = trainer.global_rank * local.numel()
+        return result._replace(weights=result.weights[start : start + local.numel()].detach())
 
     # -- after each step ------------------------------------------------------------------------------------------
     @override
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        pending, self._pending = self._pending, {}
-        if not pending or not isinstance(outputs, dict) or "weights" not in outputs:
+        pending, self._pending = self._pending, None
+        if pending is None or not isinstance(outputs, dict) or "weighted" not in outputs:
             return  # the module did not ask for weights at this step
         weighted = outputs["weighted"]
-        local = pending.pop("local")
-        dtype = torch.float32 if local.device.type == "mps" else torch.float64
-        both = torch.stack([local.to(dtype), outputs["weights"].to(local.device, dtype)], 1)
-        # one collective on every rank: (W, B_local, 2) under DDP, unchanged in one process; rank order is
-        # global batch order, so every rank sees the ordered global batch
-        gathered = trainer.strategy.all_gather(both).reshape(-1, 2).to("cpu", torch.float64)
-        difficulties, weights = gathered[:, 0], gathered[:, 1]
-        step = WeightingStep(weights=weights, difficulties=difficulties, **pending)
-        self.last_step = step
+        assert pending.raw_weights is not None
+        dtype = torch.float32 if pending.difficulties.device.type == "mps" else torch.float64
+        parts = (pending.difficulties, pending.weights, pending.raw_weights)
+        difficulties, weights, raw = torch.stack([p.to(dtype) for p in parts]).to("cpu", torch.float64)  # one sync
+        step = self.last_step = pending._replace(difficulties=difficulties, weights=weights, raw_weights=raw)
 
         self.skipped_steps += int(weighted.skipped)
         self.nonfinite_episodes += int(weighted.nonfinite)
@@ -367,33 +351,62 @@ class DifficultyWeightingCallback(Callback):
                 f"step {step.step}: {weighted.nonfinite} episode(s) with a non-finite loss got weight 0"
                 + ("; further ones are only counted in weighting/nonfinite_episodes" if last else "")
             )
+        self.normalizer.update(raw, warmup=step.warmup)
+        self.diagnostics.observe(difficulties, None if step.warmup else raw)
         if _logger_writes(trainer):  # self.log costs ~1-3 ms a value: only where a logger will write it
             self._log(pl_module, step, weighted)
         self._log_histograms(trainer, step)
-        if self.proposal == "online":
-            self.estimator.update(difficulties)
+        if self.estimate == "online":
+            self.proposal_model.update(difficulties)
+            after_warmup = self.proposal_model.steps - self.warmup_steps
+            if self.ready and after_warmup >= 0 and after_warmup % self.warmup_steps == 0:
+                self._check_fit()
+
+    def _check_fit(self) -> None:
+        """Warns (once per change of verdict) when another proposal fits the recent difficulties better."""
+        better, scores = better_proposal(self.diagnostics.difficulties, self.proposal)
+        if (better or "") == self._verdict:
+            return
+        self._verdict = better or ""
+        if better is not None:
+            listed = ", ".join(f"{name} {score:.3f}" for name, score in scores.items())
+            rank_zero_warn(
+                f"DifficultyWeightingCallback: proposal={self.proposal!r} misfits the difficulty distribution "
+                f"(held-out log-likelihood per episode of the last {self.diagnostics.difficulties.numel()} "
+                f"difficulties: {listed}); proposal={better!r} fits better (--trainer.callbacks.proposal={better})"
+            )
+
+    @override
+    def on_before_optimizer_step(self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: Any) -> None:
+        if not (self.log_grad_norm and _logger_writes(trainer)):
+            return
+        norms = [p.grad.detach().double().norm() for p in pl_module.parameters() if p.grad is not None]
+        total = torch.stack(norms).norm() if norms else torch.zeros((), dtype=torch.float64)
+        pl_module.log("weighting/grad_norm", total.float(), on_step=True, on_epoch=False, sync_dist=False)
 
     def _log(self, pl_module: pl.LightningModule, step: WeightingStep, weighted: Any) -> None:
-        size = len(step.weights)
-        ess = float(weighted.ess)
+        size, ess, (low, high) = len(step.weights), float(weighted.ess), step.support
+        finite = step.difficulties[torch.isfinite(step.difficulties)]
+        outside = ((finite < low) | (finite > high)).double().mean() if finite.numel() else torch.zeros(())
         values = {
             "mu": step.mu,
             "sigma": step.sigma,
+            "low": low,
+            "high": high,
             "ess": ess,
             "batch_over_ess": float(weighted.batch_over_ess),
             "ess_over_batch": ess / float(weighted.batch_size) if float(weighted.batch_size) else 0.0,
+            "sum_w_over_ess": float(weighted.sum_weights) / ess if ess > 0 else 0.0,
             "weight_min": float(step.weights.min()) if size else 0.0,
             "weight_mean": float(step.weights.mean()) if size else 0.0,
             "weight_max": float(step.weights.max()) if size else 0.0,
-            "outside_support": 0.0
-            if step.warmup and self.estimator.episodes < 2
-            else float(fraction_outside_support(step.difficulties, step.mu, step.sigma, self.support_sigmas)),
+            "outside_support": 0.0 if step.warmup and self.proposal_model.steps < 1 else float(outside),
             "skipped_steps": float(self.skipped_steps),
             "nonfinite_episodes": float(self.nonfinite_episodes),
+            **self.diagnostics.summary(log_difficulty=self.proposal == "lognormal"),
         }
         if isinstance(self.target, CurriculumTarget) and step.progress is not None:
-            c = self.support_sigmas
-            values["mu_t"] = step.mu - c * step.sigma + 2.0 * c * step.sigma * step.progress
+            values["mu_t"] = low + (high - low) * step.progress
         for key, value in values.items():
             # identical on every rank already (computed from gathered or all-reduced values): no sync
             pl_module.log(f"weighting/{key}", value, on_step=True, on_epoch=False, sync_dist=False, batch_size=size)
@@ -412,25 +425,33 @@ class DifficultyWeightingCallback(Callback):
     @override
     def state_dict(self) -> dict[str, Any]:
         state: dict[str, Any] = {
-            "estimator": self.estimator.state_dict(),
+            "estimator": self.proposal_model.state_dict(),
+            "normalizer": self.normalizer.state_dict(),
+            "diagnostics": self.diagnostics.state_dict(),
             "skipped_steps": int(self.skipped_steps),
             "nonfinite_episodes": int(self.nonfinite_episodes),
+            "verdict": self._verdict,
         }
-        if self.offline is not None:
-            mu, variance, count = self.offline
-            state["offline"] = {"mu": float(mu), "variance": float(variance), "episodes": int(count)}
-            state["offline"]["reference"] = str(self.reference_checkpoint)
+        if self.offline_scored:
+            state["offline"] = {"episodes": int(self.offline_scored), "reference": str(self.reference_checkpoint)}
         return state
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.estimator.load_state_dict(state_dict.get("estimator", {}))
+        self.normalizer.load_state_dict(state_dict.get("normalizer", {}))
+        self.diagnostics.load_state_dict(state_dict.get("diagnostics", {}))
         self.skipped_steps = int(state_dict.get("skipped_steps", 0))
         self.nonfinite_episodes = int(state_dict.get("nonfinite_episodes", 0))
+        self._verdict = str(state_dict.get("verdict", ""))
         offline = state_dict.get("offline")
-        if self.proposal != "offline" or not isinstance(offline, dict) or offline.get("episodes", 0) <= 0:
-            return
-        if offline.get("reference", self.reference_checkpoint) != self.reference_checkpoint:
-            rank_zero_warn("reference_checkpoint differs from the checkpointed run's: its estimates are scored again")
-            return
-        self.offline = (float(offline["mu"]), float(offline["variance"]), int(offline["episodes"]))
+        if self.estimate == "online":
+            self.proposal_model.load_state_dict(state_dict.get("estimator", {}))
+        elif isinstance(offline, dict) and offline.get("episodes", 0) > 0:
+            if offline.get("reference", self.reference_checkpoint) != self.reference_checkpoint:
+                rank_zero_warn(
+                    "reference_checkpoint differs from the checkpointed run's: its estimates are scored again"
+                )
+                return
+            self.proposal_model.load_state_dict(state_dict.get("estimator", {}))
+            # a checkpoint of an older version kept the offline estimates elsewhere: score again (same episodes)
+            self.offline_scored = int(offline["episodes"]) if self.proposal_model.ready else 0

@@ -4,10 +4,10 @@ Offline reference model
 
 The offline proposal of "Uniform Sampling over Episode Difficulty" (Arnold et al., NeurIPS 2021,
 Sec. 3.2): a frozen model trained with plain episode sampling scores the episodes instead of the model
-being trained. Before training it scores ``offline_episodes`` training episodes to fix ``mu`` and
-``sigma^2`` (ddof 0); during training it scores every episode of every step again, so each episode's
-weight uses the reference's difficulty of that same episode. It is evaluated the same way both times:
-in eval mode with its own ``eval_batch_norm``, without gradients to it (MAML-type references still
+being trained. Before training it scores ``offline_episodes`` training episodes to fix the proposal ``q``
+(for the normal: ``mu`` and ``sigma^2``, ddof 0); during training it scores every episode of every step
+again, so each episode's weight uses the reference's difficulty of that same episode. It is evaluated the
+same way both times: in eval mode with its own ``eval_batch_norm``, without gradients to it (MAML-type references still
 adapt on the support set, which needs autograd).
 """
 
@@ -119,14 +119,14 @@ def score_offline(
     device: torch.device,
     rank: int = 0,
     world_size: int = 1,
-    reduce: Callable[[Tensor], Tensor] | None = None,
-) -> tuple[float, float, int]:
-    """Mean and variance (ddof 0) of the reference's difficulty over ``count`` training episodes.
+    gather: Callable[[Tensor], Tensor] | None = None,
+) -> Tensor:
+    """The reference's finite difficulties of ``count`` training episodes, in episode order, on every rank.
 
     The episodes are the ``"offline"`` stream over the *training* split's sampler (fixed by the data seed,
-    distinct from the training stream). Each rank scores every ``world_size``-th episode; the sums
-    ``(sum Omega, n)`` and then ``sum (Omega - mu)^2`` are summed over ranks with ``reduce`` (called on
-    every rank), so every rank gets the same ``mu`` and ``sigma^2``. Non-finite difficulties are left out.
+    distinct from the training stream). Rank ``r`` scores episodes ``r, r + W, ...``; ``gather`` (called on
+    every rank) collects the scores of all ranks, so every rank gets the same values in the same order, whatever
+    the number of processes. The proposal then fits ``q`` to them (the normal: mean and variance, ddof 0).
 
     Args:
         reference: the frozen reference model (see :func:`load_reference`), on ``device``; episodes are
@@ -136,10 +136,11 @@ def score_offline(
         device: where episodes are assembled and scored.
         rank: this process's rank.
         world_size: number of processes.
-        reduce: sums a float tensor over processes; ``None`` in one process.
+        gather: all-gathers a tensor of equal shape on every rank into ``[W, ...]`` in rank order (e.g.
+            ``trainer.strategy.all_gather``); ``None`` in one process.
 
     Returns:
-        ``(mu, variance, n)``: ``n`` is the number of finite difficulties.
+        The finite difficulties as a float64 CPU tensor (non-finite ones are left out).
 
     Raises:
         ValueError: if fewer than 2 of the difficulties are finite.
@@ -159,19 +160,18 @@ def score_offline(
     values: list[float] = []
     for batch in episodes:
         episode = datamodule.assemble(move_data_to_device(batch, device), dtype=module_dtype(reference))
-        scores = reference_difficulties(reference, episode).to("cpu", torch.float64).tolist()
-        values.extend(v for v in scores if math.isfinite(v))
+        values.extend(reference_difficulties(reference, episode).to("cpu", torch.float64).tolist())
 
+    # equal shapes for the collective: pad each rank's share to ceil(count / W) with NaN (dropped below)
     dtype = torch.float32 if device.type == "mps" else torch.float64
-    total = torch.tensor([math.fsum(values), float(len(values))], dtype=dtype, device=device)
-    total = reduce(total) if reduce is not None else total
-    s1, n = total.tolist()
-    if n < 2:
+    local = torch.full((math.ceil(count / world_size),), math.nan, dtype=dtype)
+    local[: len(values)] = torch.tensor(values, dtype=dtype)
+    everything = gather(local.to(device)) if gather is not None else local
+    # [W, n] in rank order; column-major order is episode order (episode i = j W + r), padding at the end
+    ordered = everything.reshape(world_size, -1).to("cpu", torch.float64).T.flatten()[:count]
+    finite = ordered[torch.isfinite(ordered)]
+    if finite.numel() < 2:
         raise ValueError(
             f"the reference model gave fewer than 2 finite difficulties on offline_episodes={count} episodes"
         )
-    mu = s1 / n
-    # a second pass around the global mean: exact where sum(x^2)/n - mu^2 would cancel
-    squares = torch.tensor([math.fsum((v - mu) ** 2 for v in values)], dtype=dtype, device=device)
-    squares = reduce(squares) if reduce is not None else squares
-    return mu, max(float(squares.item()) / n, 0.0), int(n)
+    return finite

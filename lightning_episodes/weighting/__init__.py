@@ -1,18 +1,54 @@
 """Importance weighting over episode difficulty: pure tensor maths, no Lightning.
 
-Implements the weighting of "Uniform Sampling over Episode Difficulty" (Arnold et al., NeurIPS 2021):
-an online estimate of the difficulty distribution (:class:`DifficultyEstimator`), target distributions
-over difficulty (:class:`Target` and its registry), importance weights (:func:`importance_weights`) and
-the ESS-normalised loss of Algorithm 1 / Eq. 3 (:func:`weighted_loss`, :func:`ess_weighted_loss`).
+Implements the weighting of "Uniform Sampling over Episode Difficulty" (Arnold et al., NeurIPS 2021) and the
+robust variants of ``docs/method.md``: proposal models of the difficulty distribution (:class:`Proposal`:
+normal as in the paper, log-normal, empirical), target distributions over difficulty (:class:`Target` and its
+registry), importance weights (:func:`importance_weights`, :func:`density_ratio_weights`), normalisers of the
+step's loss scale (:class:`Normalizer`), the ESS-normalised loss of Algorithm 1 / Eq. 3
+(:func:`weighted_loss`, :func:`ess_weighted_loss`) and diagnostics of the weights (:func:`pareto_k`).
 """
 
+from lightning_episodes.weighting.diagnostics import (
+    MISFIT_MARGIN,
+    WeightingDiagnostics,
+    better_proposal,
+    gpd_fit,
+    gpd_quantile,
+    heldout_log_likelihood,
+    normality_p,
+    pareto_k,
+    skewness,
+)
 from lightning_episodes.weighting.estimator import UPDATES, DifficultyEstimator, difficulty_statistics
 from lightning_episodes.weighting.loss import (
-    NORMALIZATIONS,
+    LOSS_NORMALIZATIONS,
+    EpisodeWeights,
+    LossNormalization,
     WeightedLoss,
     effective_sample_size,
     ess_weighted_loss,
     weighted_loss,
+)
+from lightning_episodes.weighting.normalizers import (
+    NORMALIZATIONS,
+    Normalizer,
+    ParetoSmoothedNormalizer,
+    RunningNormalizer,
+    TruncatedNormalizer,
+    make_normalizer,
+    pareto_smooth,
+    truncate_weights,
+)
+from lightning_episodes.weighting.proposals import (
+    PROPOSALS,
+    EmpiricalProposal,
+    LogNormalProposal,
+    NormalProposal,
+    Proposal,
+    kde_bandwidth,
+    kde_log_density,
+    kde_quantiles,
+    make_proposal,
 )
 from lightning_episodes.weighting.targets import (
     BaselineTarget,
@@ -31,6 +67,7 @@ from lightning_episodes.weighting.weights import (
     OUT_OF_SUPPORT,
     SIGMA_FLOOR,
     curriculum_progress,
+    density_ratio_weights,
     fraction_outside_support,
     importance_weights,
     support_interval,
@@ -38,28 +75,57 @@ from lightning_episodes.weighting.weights import (
 
 __all__ = [
     "DEFAULT_SUPPORT_SIGMAS",
+    "LOSS_NORMALIZATIONS",
+    "MISFIT_MARGIN",
     "NORMALIZATIONS",
     "OUT_OF_SUPPORT",
+    "PROPOSALS",
     "SIGMA_FLOOR",
     "UPDATES",
     "BaselineTarget",
     "CurriculumTarget",
     "DifficultyEstimator",
     "EasyTarget",
+    "EmpiricalProposal",
+    "EpisodeWeights",
     "HardTarget",
+    "LogNormalProposal",
+    "LossNormalization",
+    "NormalProposal",
+    "Normalizer",
+    "ParetoSmoothedNormalizer",
+    "Proposal",
+    "RunningNormalizer",
     "Target",
+    "TruncatedNormalizer",
     "UniformTarget",
     "WeightedLoss",
+    "WeightingDiagnostics",
     "available_targets",
+    "better_proposal",
     "curriculum_progress",
+    "density_ratio_weights",
     "difficulty_statistics",
     "effective_sample_size",
     "ess_weighted_loss",
     "fraction_outside_support",
     "get_target",
+    "gpd_fit",
+    "gpd_quantile",
+    "heldout_log_likelihood",
     "importance_weights",
+    "kde_bandwidth",
+    "kde_log_density",
+    "kde_quantiles",
+    "make_normalizer",
+    "make_proposal",
+    "normality_p",
+    "pareto_k",
+    "pareto_smooth",
     "register_target",
+    "skewness",
     "standard_normal_mass",
     "support_interval",
+    "truncate_weights",
     "weighted_loss",
 ]

@@ -1,8 +1,11 @@
 """Effective sample size and the ESS-normalised weighted loss (Arnold et al., NeurIPS 2021, Eq. 3).
 
 Algorithm 1 of the paper trains on ``sum_j w_j L_j / ESS`` with ``ESS = (sum_j w_j)^2 / sum_j w_j^2``;
-``normalization="self"`` gives the self-normalised estimate ``sum_j w_j L_j / sum_j w_j`` instead. Both
-reduce to the plain mean of the losses when every weight is 1.
+``normalization="self"`` gives the self-normalised estimate ``sum_j w_j L_j / sum_j w_j`` instead, and
+``"fixed"`` divides by a given ``denominator`` (a running average of ``sum w``, see
+:mod:`~lightning_episodes.weighting.normalizers`). All reduce to the plain mean of the losses when every weight
+is 1 (for ``"fixed"``: with ``denominator = |B|``). :class:`EpisodeWeights` carries a step's weights and how to
+normalise them from the weighting strategy to the module.
 
 Under data parallelism each of ``W`` processes holds a slice of the global batch. The statistics
 (``sum w``, ``sum w^2``, counts) are summed over processes and each process returns
@@ -12,22 +15,47 @@ exactly the single-process gradient.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
-from typing import Final, NamedTuple
+from typing import Final, Literal, NamedTuple
 
 import torch
 from torch import Tensor
 
 __all__ = [
-    "NORMALIZATIONS",
+    "LOSS_NORMALIZATIONS",
+    "EpisodeWeights",
+    "LossNormalization",
     "WeightedLoss",
     "effective_sample_size",
     "ess_weighted_loss",
     "weighted_loss",
 ]
 
-#: Accepted values of ``normalization``.
-NORMALIZATIONS: Final[tuple[str, ...]] = ("ess", "self")
+#: How :func:`weighted_loss` divides ``sum w L``: by the ESS, by ``sum w``, or by a given denominator.
+LossNormalization = Literal["ess", "self", "fixed"]
+
+#: Accepted values of ``normalization`` in :func:`weighted_loss`.
+LOSS_NORMALIZATIONS: Final[tuple[str, ...]] = ("ess", "self", "fixed")
+
+
+class EpisodeWeights(NamedTuple):
+    """A step's importance weights for this process's episodes and how the loss normalises them.
+
+    What a weighting strategy returns to :meth:`EpisodicModule.training_step`, which passes it on to
+    :func:`weighted_loss`.
+
+    Attributes:
+        weights: ``[B_local]`` detached, finite, non-negative weights of this process's episodes.
+        normalization: ``"ess"`` (``sum w L / ESS``), ``"self"`` (``sum w L / sum w``) or ``"fixed"``
+            (``sum w L / denominator``), each over the global batch.
+        denominator: the global denominator for ``"fixed"`` (> 0; a 0-d tensor keeps it on the device);
+            ``None`` otherwise.
+    """
+
+    weights: Tensor
+    normalization: LossNormalization = "ess"
+    denominator: float | Tensor | None = None
 
 
 def _stat_dtype(device: torch.device) -> torch.dtype:
@@ -92,9 +120,15 @@ class WeightedLoss(NamedTuple):
     nonfinite: int
 
 
-def _check_inputs(losses: Tensor, weights: Tensor, normalization: str, world_size: int) -> None:
-    if normalization not in NORMALIZATIONS:
-        raise ValueError(f"normalization must be one of {list(NORMALIZATIONS)}, got {normalization!r}")
+def _check_inputs(
+    losses: Tensor, weights: Tensor, normalization: str, world_size: int, denominator: float | Tensor | None
+) -> None:
+    if normalization not in LOSS_NORMALIZATIONS:
+        raise ValueError(f"normalization must be one of {list(LOSS_NORMALIZATIONS)}, got {normalization!r}")
+    if (normalization == "fixed") != (denominator is not None):
+        raise ValueError(f"denominator must be given exactly for normalization='fixed', got {denominator!r}")
+    if isinstance(denominator, float | int) and not (math.isfinite(denominator) and denominator > 0):
+        raise ValueError(f"denominator must be a finite number > 0, got {denominator!r}")
     if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
         raise ValueError(f"world_size must be an integer >= 1, got {world_size!r}")
     if losses.shape != weights.shape:
@@ -107,9 +141,10 @@ def _weighted_loss(
     normalization: str,
     reduce: Callable[[Tensor], Tensor] | None,
     world_size: int,
+    denominator: float | Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Returns the loss and the reduced statistics ``[sum w, sum w^2, |B|, non-finite, ESS]``."""
-    _check_inputs(losses, weights, normalization, world_size)
+    _check_inputs(losses, weights, normalization, world_size, denominator)
     dtype = _stat_dtype(losses.device)
     finite = torch.isfinite(losses.detach())
     w = _clean_weights(weights.to(losses.device), dtype)
@@ -131,8 +166,14 @@ def _weighted_loss(
     # s1 * (s1 / s2) rather than s1^2 / s2: no overflow; Cauchy-Schwarz bounds it by |B| (rounding aside).
     ess = torch.where(ok, s1 * (s1 / torch.where(ok, s2, one)), torch.zeros_like(s1)).clamp(max=stats[2])
     ok = ok & (ess > 0) & torch.isfinite(ess)
-    denominator = torch.where(ok, ess if normalization == "ess" else s1, one)
-    weighted = (w * masked).sum() * (world_size / denominator)
+    if normalization == "fixed":
+        assert denominator is not None  # checked above
+        divide_by = torch.as_tensor(denominator, dtype=dtype).to(losses.device)
+        ok = ok & torch.isfinite(divide_by) & (divide_by > 0)  # a tensor is checked here, without a sync
+        divide_by = torch.where(ok, divide_by, one)
+    else:
+        divide_by = torch.where(ok, ess if normalization == "ess" else s1, one)
+    weighted = (w * masked).sum() * (world_size / divide_by)
     loss = torch.where(ok, weighted, 0.0 * masked.sum())
     stats = torch.cat([stats, torch.where(ok, ess, torch.zeros_like(ess)).unsqueeze(0)])
     return loss.to(losses.dtype), stats.detach()
@@ -144,11 +185,13 @@ def weighted_loss(
     normalization: str = "ess",
     reduce: Callable[[Tensor], Tensor] | None = None,
     world_size: int = 1,
+    denominator: float | Tensor | None = None,
 ) -> WeightedLoss:
     """The weighted loss of a (slice of a) batch of episodes, with its statistics (Algorithm 1, Eq. 3).
 
     With ``normalization="ess"`` the loss is ``W sum_local w L / ESS_global``; with ``"self"`` it is
-    ``W sum_local w L / sum_global w``. Weights are detached (no gradient flows through them).
+    ``W sum_local w L / sum_global w``; with ``"fixed"`` it is ``W sum_local w L / denominator``. Weights are
+    detached (no gradient flows through them).
     Episodes whose loss is not finite get weight 0 and their loss is masked to 0 before the product.
     When the global ``sum w`` is 0 the loss is ``0 * sum L`` (graph connected, zero gradient) and the
     step is reported as skipped.
@@ -157,18 +200,20 @@ def weighted_loss(
         losses: per-episode losses of this process, shape ``[B_local]`` (any shape matching
             ``weights``).
         weights: importance weights of the same shape (finite, >= 0; others count as 0).
-        normalization: ``"ess"`` (default, the paper's) or ``"self"``.
+        normalization: ``"ess"`` (default, the paper's), ``"self"`` or ``"fixed"``.
         reduce: sums a float64 tensor over processes (e.g.
             ``lambda t: trainer.strategy.reduce(t, reduce_op="sum")``); called exactly once, on
             every process. ``None``: a single process.
         world_size: ``W``, the number of processes that share the global batch.
+        denominator: for ``"fixed"`` only: the global denominator (> 0), the same on every process; a 0-d
+            tensor is used without a device sync (a non-positive one makes the step skipped).
 
     Returns:
         A :class:`WeightedLoss`. Reading ``skipped``/``nonfinite`` synchronises with the device once.
 
     Raises:
-        ValueError: if ``normalization`` is unknown, ``world_size`` is not an integer >= 1, or the
-            shapes differ.
+        ValueError: if ``normalization`` is unknown, ``world_size`` is not an integer >= 1, the shapes differ,
+            or ``denominator`` is missing, superfluous or not a finite number > 0.
 
     Example::
 
@@ -176,7 +221,7 @@ def weighted_loss(
         >>> round(out.ess.item(), 4), round(out.loss.item(), 4)  # ESS = 16 / 6; loss = 9 / ESS
         (2.6667, 3.375)
     """
-    loss, stats = _weighted_loss(losses, weights, normalization, reduce, world_size)
+    loss, stats = _weighted_loss(losses, weights, normalization, reduce, world_size, denominator)
     s1, s2, size, nonfinite, ess = stats.unbind()
     positive, count = torch.stack([(ess > 0).to(ess.dtype), nonfinite]).tolist()  # one device sync
     batch_over_ess = torch.where(ess > 0, size / torch.where(ess > 0, ess, torch.ones_like(ess)), 0.0 * ess)

@@ -10,6 +10,7 @@ because ``sigma`` cancels in the ratio.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Final
 
 import torch
@@ -22,6 +23,7 @@ __all__ = [
     "OUT_OF_SUPPORT",
     "SIGMA_FLOOR",
     "curriculum_progress",
+    "density_ratio_weights",
     "fraction_outside_support",
     "importance_weights",
     "support_interval",
@@ -171,6 +173,85 @@ def importance_weights(
     p = target_obj.density(z, c, progress).to(torch.float64) / normalizer
     # 1 / q_z(z) = Z sqrt(2 pi) exp(z^2 / 2), in log space to postpone overflow.
     w = p * torch.exp(0.5 * z * z + _LOG_SQRT_2PI + math.log(standard_normal_mass(c)))
+    w = torch.where(valid & (w > 0), w, torch.zeros_like(w))
+    w = torch.nan_to_num(w, nan=0.0, posinf=torch.finfo(out_dtype).max).clamp(max=torch.finfo(out_dtype).max)
+    return w.to(device=difficulties.device, dtype=out_dtype)
+
+
+def density_ratio_weights(
+    difficulties: Tensor,
+    log_density: Callable[[Tensor], Tensor],
+    low: float,
+    high: float,
+    target: str | Target = "uniform",
+    support_sigmas: float = DEFAULT_SUPPORT_SIGMAS,
+    out_of_support: str = "zero",
+    progress: float | None = None,
+) -> Tensor:
+    """Importance weights ``w = p(difficulty) / q(difficulty)`` for any proposal density ``q`` (detached).
+
+    The general form of :func:`importance_weights` (see ``docs/method.md``, "Proposals"). ``q`` is the
+    proposal's density (``log_density``, untruncated) truncated to its central interval
+    ``S = [low, high]`` of mass ``Z = Phi(c) - Phi(-c)`` and renormalised there: ``q_S = q / Z``. The target
+    is defined on ``S`` through the affine standardisation ``z = (difficulty - a) / s`` with
+    ``a = (low + high) / 2`` and ``s = (high - low) / (2 c)``, which maps ``S`` onto ``[-c, c]``: uniform is
+    uniform over ``S``, easy/hard are its lower/upper halves, the curriculum's centre moves from ``low`` to
+    ``high``. Then ``w = p_z(z) / (N s) * Z / q(difficulty)`` with ``N`` the target's normaliser. For a normal
+    proposal ``a = mu``, ``s = sigma`` and this is :func:`importance_weights` (which the normal proposal uses,
+    for its exact rounding).
+
+    Args:
+        difficulties: per-episode difficulties, any shape; non-finite ones get weight 0.
+        log_density: ``log q`` of the proposal (untruncated), evaluated on float64 tensors inside ``S``.
+        low: lower end of ``S`` (included).
+        high: upper end of ``S`` (included), ``> low``.
+        target: as in :func:`importance_weights`.
+        support_sigmas: ``c``: ``S`` holds the mass ``Phi(c) - Phi(-c)`` of ``q``.
+        out_of_support: ``"zero"`` or ``"clamp"`` (both densities at the nearest end of ``S``).
+        progress: training progress ``t / T`` in ``[0, 1]``; required by ``"curriculum"``.
+
+    Returns:
+        Finite, non-negative weights of the shape, dtype and device of ``difficulties``.
+
+    Raises:
+        ValueError: for an unknown ``target`` or ``out_of_support``, ``support_sigmas`` not > 0, ``progress``
+            outside ``[0, 1]``, or ``low``/``high`` not finite with ``low < high``.
+
+    Example::
+
+        >>> import math
+        >>> log_q = lambda x: -0.5 * x * x - 0.5 * math.log(2 * math.pi)  # N(0, 1)
+        >>> x = torch.tensor([0.0, 2.58], dtype=torch.float64)
+        >>> torch.allclose(density_ratio_weights(x, log_q, -2.58, 2.58), importance_weights(x, 0.0, 1.0))
+        True
+    """
+    target_obj = get_target(target)
+    c = _check_support_sigmas(support_sigmas)
+    if out_of_support not in OUT_OF_SUPPORT:
+        raise ValueError(f"out_of_support must be one of {list(OUT_OF_SUPPORT)}, got {out_of_support!r}")
+    if progress is not None and not 0.0 <= float(progress) <= 1.0:
+        raise ValueError(f"progress must be in [0, 1], got {progress!r}")
+    low, high = float(low), float(high)
+    if not (math.isfinite(low) and math.isfinite(high) and low < high):
+        raise ValueError(f"the support [low, high] must be finite with low < high, got [{low!r}, {high!r}]")
+    progress = None if progress is None else float(progress)
+
+    out_dtype = _out_dtype(difficulties)
+    x = difficulties.detach().to(device=_work_device(difficulties), dtype=torch.float64)
+    finite = torch.isfinite(x)
+    if target_obj.plain_sampling:
+        return finite.to(device=difficulties.device, dtype=out_dtype)
+    center, scale = 0.5 * (low + high), (high - low) / (2.0 * c)
+    inside = finite & (x >= low) & (x <= high)
+    valid = inside if out_of_support == "zero" else finite
+    x = torch.where(valid, x.clamp(low, high), torch.full_like(x, center))
+    z = ((x - center) / scale).clamp(-c, c)
+    normalizer = target_obj.normalizer(c, progress)
+    if not (math.isfinite(normalizer) and normalizer > 0):
+        return torch.zeros_like(x).to(device=difficulties.device, dtype=out_dtype)
+    p = target_obj.density(z, c, progress).to(torch.float64)
+    log_ratio = math.log(standard_normal_mass(c)) - math.log(normalizer * scale) - log_density(x).to(torch.float64)
+    w = p * torch.exp(log_ratio)
     w = torch.where(valid & (w > 0), w, torch.zeros_like(w))
     w = torch.nan_to_num(w, nan=0.0, posinf=torch.finfo(out_dtype).max).clamp(max=torch.finfo(out_dtype).max)
     return w.to(device=difficulties.device, dtype=out_dtype)

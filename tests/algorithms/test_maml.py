@@ -17,6 +17,7 @@ from lightning_episodes.algorithms.base import EpisodeOutput, EpisodicModule
 from lightning_episodes.cli import EpisodicCLI
 from lightning_episodes.data import EpisodicDataModule
 from lightning_episodes.data.episode import Episode
+from lightning_episodes.weighting import EpisodeWeights
 from tests.helpers import tiny_datamodule, tiny_trainer
 
 l2l = pytest.importorskip("learn2learn")
@@ -229,14 +230,12 @@ def test_short_name_selects_maml_with_its_own_defaults() -> None:
 class _Weights:
     """A weighting strategy (what DifficultyWeightingCallback installs) that records what it is given."""
 
-    normalization = "ess"
-
     def __init__(self) -> None:
         self.difficulties: list[torch.Tensor] = []
 
-    def episode_weights(self, module: EpisodicModule, batch: Episode, difficulties: torch.Tensor) -> torch.Tensor:
+    def episode_weights(self, module: EpisodicModule, batch: Episode, difficulties: torch.Tensor) -> EpisodeWeights:
         self.difficulties.append(difficulties)
-        return torch.arange(1.0, len(difficulties) + 1)  # 1, 2, 3, 4
+        return EpisodeWeights(torch.arange(1.0, len(difficulties) + 1), "ess")  # 1, 2, 3, 4
 
 
 class _LossRecorder(pl.Callback):

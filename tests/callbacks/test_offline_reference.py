@@ -1,4 +1,4 @@
-"""The offline proposal: a frozen reference model fixes mu and sigma^2 and scores every training episode."""
+"""The offline estimate: a frozen reference model fixes mu and sigma^2 and scores every training episode."""
 
 from __future__ import annotations
 
@@ -76,7 +76,7 @@ def _fit_offline(callback: DifficultyWeightingCallback, steps: int = 4, **traine
 @pytest.mark.parametrize("target", ["uniform", "hard"])
 def test_offline_estimates_and_weights_come_from_the_reference(reference: Path, target: str) -> None:
     callback = DifficultyWeightingCallback(
-        target=target, proposal="offline", reference_checkpoint=reference, offline_episodes=OFFLINE_EPISODES
+        target=target, estimate="offline", reference_checkpoint=reference, offline_episodes=OFFLINE_EPISODES
     )
     recorder = _fit_offline(callback)
 
@@ -87,10 +87,10 @@ def test_offline_estimates_and_weights_come_from_the_reference(reference: Path, 
     dm.setup("fit")
     episodes = dm.assembler(dm.samplers["train"].sample(dm.seed, "offline", 0, range(OFFLINE_EPISODES)))
     mu, variance = difficulty_statistics(_scores(frozen, episodes))
-    assert callback.offline is not None
-    assert callback.offline[0] == pytest.approx(mu, rel=1e-6)
-    assert callback.offline[1] == pytest.approx(variance, rel=1e-5)
-    assert callback.offline[2] == OFFLINE_EPISODES
+    assert callback.ready
+    assert callback.mu == pytest.approx(mu, rel=1e-6)
+    assert callback.proposal_model.estimator.variance == pytest.approx(variance, rel=1e-5)
+    assert callback.offline_scored == OFFLINE_EPISODES
     sigma = max(variance**0.5, SIGMA_FLOOR)
 
     for step, batch, logged in recorder.records:
@@ -100,14 +100,14 @@ def test_offline_estimates_and_weights_come_from_the_reference(reference: Path, 
         expected = importance_weights(scores.float(), mu, sigma, target)
         torch.testing.assert_close(step.weights.float(), expected, rtol=1e-5, atol=1e-6)
         assert not step.warmup
-        assert (step.mu, step.sigma) == (callback.offline[0], callback.sigma)
+        assert (step.mu, step.sigma) == (callback.mu, callback.sigma)
         assert logged["weighting/mu"] == pytest.approx(mu, rel=1e-6)
-    assert callback.estimator.steps == 0  # the online estimator never ran
+    assert callback.proposal_model.estimator.steps == 0  # the online estimator never ran
 
 
 def test_a_maml_reference_adapts_while_frozen(tmp_path: Path) -> None:
     path = _train(MAML(image_size=16, ways=5, adaptation_steps=1), tmp_path / "maml.ckpt", steps=1)
-    callback = DifficultyWeightingCallback(proposal="offline", reference_checkpoint=path, offline_episodes=8)
+    callback = DifficultyWeightingCallback(estimate="offline", reference_checkpoint=path, offline_episodes=8)
     recorder = _fit_offline(callback, steps=2)
     frozen = _frozen(path, MAML)
     for step, batch, _ in recorder.records:
@@ -121,7 +121,7 @@ def test_a_maml_reference_adapts_while_frozen(tmp_path: Path) -> None:
 def test_resume_restores_the_offline_estimates_without_scoring_again(
     reference: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    options = {"proposal": "offline", "reference_checkpoint": reference, "offline_episodes": 8}
+    options = {"estimate": "offline", "reference_checkpoint": reference, "offline_episodes": 8}
     first = DifficultyWeightingCallback(**options)
     checkpoint = ModelCheckpoint(dirpath=tmp_path, save_last=True, every_n_train_steps=2)
     pl.seed_everything(0)
@@ -136,20 +136,21 @@ def test_resume_restores_the_offline_estimates_without_scoring_again(
     again = ModelCheckpoint(dirpath=tmp_path, save_last=True, every_n_train_steps=2)
     trainer = tiny_trainer(max_steps=3, limit_val_batches=0, callbacks=[resumed, again], enable_checkpointing=True)
     trainer.fit(ProtoNet(image_size=16), tiny_datamodule(), ckpt_path=tmp_path / "last.ckpt")
-    assert resumed.offline == first.offline
+    assert resumed.offline_scored == first.offline_scored == 8
+    assert resumed.proposal_model.state_dict() == first.proposal_model.state_dict()
 
 
 def test_reference_errors(reference: Path, tmp_path: Path) -> None:
-    missing = DifficultyWeightingCallback(proposal="offline", reference_checkpoint=tmp_path / "nope.ckpt")
+    missing = DifficultyWeightingCallback(estimate="offline", reference_checkpoint=tmp_path / "nope.ckpt")
     with pytest.raises(FileNotFoundError, match=r"reference_checkpoint='.*nope.ckpt' does not exist"):
         tiny_trainer(callbacks=[missing]).fit(ProtoNet(image_size=16), tiny_datamodule())
 
-    three_way = DifficultyWeightingCallback(proposal="offline", reference_checkpoint=reference)
+    three_way = DifficultyWeightingCallback(estimate="offline", reference_checkpoint=reference)
     with pytest.raises(ValueError, match=r"trained on 5-way episodes but data.ways=3"):
         tiny_trainer(callbacks=[three_way]).fit(ProtoNet(image_size=16), tiny_datamodule(ways=3))
 
     foreign = tmp_path / "foreign.ckpt"
     torch.save({"state_dict": {}}, foreign)
-    not_ours = DifficultyWeightingCallback(proposal="offline", reference_checkpoint=foreign)
+    not_ours = DifficultyWeightingCallback(estimate="offline", reference_checkpoint=foreign)
     with pytest.raises(ValueError, match="reference_checkpoint: .* is not a lightning-episodes checkpoint"):
         tiny_trainer(callbacks=[not_ours]).fit(ProtoNet(image_size=16), tiny_datamodule())

@@ -85,26 +85,26 @@ def test_sampling_configs_compose_with_any_base(base: tuple[Path, list[str]], sc
     )
     weighting = [c for c in cli.trainer.callbacks if isinstance(c, DifficultyWeightingCallback)]
     assert len(weighting) == 1
-    target, proposal = scheme.split("_")
-    assert (weighting[0].target_name, weighting[0].proposal) == (target, proposal)
+    target, estimate = scheme.split("_")
+    assert (weighting[0].target_name, weighting[0].estimate, weighting[0].proposal) == (target, estimate, "normal")
     assert any(isinstance(c, ModelCheckpoint) for c in cli.trainer.callbacks)  # not lost by the list replacement
-    if proposal == "offline":
+    if estimate == "offline":
         assert weighting[0].reference_checkpoint == "x.ckpt"
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("target", TARGETS)
-@pytest.mark.parametrize("proposal", ["online", "offline"])
+@pytest.mark.parametrize("estimate", ["online", "offline"])
 def test_every_scheme_trains_and_tests_through_the_cli(
-    base: tuple[Path, list[str]], baseline_checkpoint: Path, target: str, proposal: str
+    base: tuple[Path, list[str]], baseline_checkpoint: Path, target: str, estimate: str
 ) -> None:
     extra = [f"--trainer.callbacks.warmup_steps={WARMUP}", "--test_after_fit=true"]
-    if proposal == "offline":
+    if estimate == "offline":
         extra += [
             f"--trainer.callbacks.reference_checkpoint={baseline_checkpoint}",
             "--trainer.callbacks.offline_episodes=8",
         ]
-    cli = main(["fit", *_args(base, f"{target}_{proposal}", *extra)])
+    cli = main(["fit", *_args(base, f"{target}_{estimate}", *extra)])
     metrics = cli.trainer.callback_metrics
     assert metrics["test/episodes"] == 4
     assert 0.0 <= float(metrics["test/acc"]) <= 1.0
@@ -116,13 +116,13 @@ def test_every_scheme_trains_and_tests_through_the_cli(
         assert row["skipped_steps"] in range(STEPS + 1)  # a batch wholly outside S after a big drift can be skipped
         assert row["nonfinite_episodes"] == 0.0
         assert ("mu_t" in row) == (target == "curriculum")
-    if proposal == "offline":
+    if estimate == "offline":
         assert len({row["mu"] for row in logged}) == 1  # fixed before training
-    if target == "baseline" or (proposal == "online" and target != "curriculum"):
+    if target == "baseline" or (estimate == "online" and target != "curriculum"):
         # plain sampling during the warm-up (and always for the baseline): ESS / |B| is exactly 1
         warm = logged if target == "baseline" else logged[:WARMUP]
         assert all(row["ess_over_batch"] == 1.0 for row in warm)
-    if proposal == "online" and target == "uniform":
+    if estimate == "online" and target == "uniform":
         assert all(row["ess_over_batch"] < 1.0 for row in logged[WARMUP:])
 
 

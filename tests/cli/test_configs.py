@@ -242,7 +242,7 @@ def test_a_paper_cell_prints_its_config() -> None:
     assert (trainer["max_steps"], trainer["val_check_interval"], config["seed_everything"]) == (20000, 1000, 0)
     checkpoint, weighting = trainer["callbacks"]
     assert checkpoint["init_args"]["monitor"] == "val/acc"
-    assert (weighting["init_args"]["target"], weighting["init_args"]["proposal"]) == ("uniform", "online")
+    assert (weighting["init_args"]["target"], weighting["init_args"]["estimate"]) == ("uniform", "online")
     assert config["model"]["init_args"]["distance"] == "euclidean"
     assert "in_channels" not in config["model"]["init_args"]  # linked from data.channels
 

@@ -1,0 +1,78 @@
+"""Validation of :class:`~lightning_episodes.callbacks.DifficultyWeightingCallback`'s options, at construction.
+
+Every error names the option and its allowed range, so a bad YAML value fails before any training.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Final
+
+from lightning_episodes.weighting import NORMALIZATIONS, OUT_OF_SUPPORT, PROPOSALS, UPDATES
+
+__all__ = ["ESTIMATES", "check_options"]
+
+#: Accepted values of ``estimate``.
+ESTIMATES: Final[tuple[str, ...]] = ("online", "offline")
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _invalid(name: str, value: object, requirement: str) -> ValueError:
+    return ValueError(f"DifficultyWeightingCallback: {name} must be {requirement}, got {value!r}")
+
+
+def check_options(options: dict[str, Any]) -> None:
+    """Raises a ``ValueError`` naming the first option out of its range.
+
+    Args:
+        options: the callback's options by name (see its ``options`` property).
+
+    Raises:
+        ValueError: for an option out of range or unknown; ``proposal="online"``/``"offline"`` (the option's
+            meaning in earlier versions) is told to use ``estimate``.
+    """
+    proposal = options["proposal"]
+    if proposal in ESTIMATES:
+        raise ValueError(
+            f"DifficultyWeightingCallback: proposal={proposal!r} is now estimate={proposal!r}: `proposal` names the "
+            f"model of the difficulty distribution, one of {list(PROPOSALS)}, and `estimate` chooses between the "
+            "online estimate and the offline reference (in YAML: replace `proposal: "
+            f"{proposal}` by `estimate: {proposal}`)"
+        )
+    decay, running_decay = options["decay"], options["running_decay"]
+    if not (_is_number(decay) and 0.0 <= decay < 1.0):
+        raise _invalid("decay", decay, "a number in [0, 1)")
+    if not (_is_number(running_decay) and 0.0 <= running_decay < 1.0):
+        raise _invalid("running_decay", running_decay, "a number in [0, 1)")
+    for key, minimum in (("warmup_steps", 2), ("window", 10), ("offline_episodes", 2), ("histogram_every_n_steps", 0)):
+        if not (_is_int(options[key]) and options[key] >= minimum):
+            raise _invalid(key, options[key], f"an integer >= {minimum}")
+    if not (_is_int(options["seed"]) and options["seed"] >= 0):
+        raise _invalid("seed", options["seed"], "an integer >= 0")
+    if not (_is_number(options["support_sigmas"]) and options["support_sigmas"] > 0):
+        raise _invalid("support_sigmas", options["support_sigmas"], "a finite number > 0")
+    for key, allowed in (
+        ("out_of_support", OUT_OF_SUPPORT),
+        ("normalization", NORMALIZATIONS),
+        ("update", UPDATES),
+        ("estimate", ESTIMATES),
+        ("proposal", PROPOSALS),
+    ):
+        if options[key] not in allowed:
+            raise _invalid(key, options[key], f"one of {list(allowed)}")
+    for key in ("shuffle_weights", "log_grad_norm"):
+        if not isinstance(options[key], bool):
+            raise _invalid(key, options[key], "true or false")
+    if options["estimate"] == "offline" and not options["reference_checkpoint"]:
+        raise ValueError(
+            "DifficultyWeightingCallback: estimate='offline' needs reference_checkpoint, the checkpoint of a "
+            "model trained with plain sampling on the same ways (on the command line: "
+            "--trainer.callbacks.reference_checkpoint=PATH after the sampling config)"
+        )

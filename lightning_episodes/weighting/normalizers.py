@@ -1,0 +1,211 @@
+"""How a step's importance weights become its loss scale: the paper's ESS and four tail-robust alternatives.
+
+Each normaliser maps the step's *global* weights (every rank holds the same ordered vector, so every rank gets
+the same result) to an :class:`~lightning_episodes.weighting.EpisodeWeights` for
+:func:`~lightning_episodes.weighting.weighted_loss` (see ``docs/method.md``, "Normalisation"):
+
+- ``ess``: ``sum w L / ESS`` (Algorithm 1, Eq. 3; the default);
+- ``self``: ``sum w L / sum w`` (self-normalised importance sampling);
+- ``truncated``: weights capped at ``mean(w) sqrt(|B|)`` (Ionides, JCGS 2008), then self-normalised;
+- ``psis``: the largest weights replaced by quantiles of a generalised Pareto fitted to the tail of the last
+  ``window`` weights (Vehtari et al., JMLR 2024), then self-normalised;
+- ``running``: ``sum w L / D`` with ``D`` an exponential moving average of the global ``sum w``.
+
+:meth:`Normalizer.normalize` reads the state without changing it; :meth:`Normalizer.update` commits the step.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any, Final
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from lightning_episodes.weighting.diagnostics import gpd_fit, gpd_quantile, tail_size
+from lightning_episodes.weighting.loss import EpisodeWeights
+
+__all__ = [
+    "NORMALIZATIONS",
+    "Normalizer",
+    "ParetoSmoothedNormalizer",
+    "RunningNormalizer",
+    "TruncatedNormalizer",
+    "make_normalizer",
+    "pareto_smooth",
+    "truncate_weights",
+]
+
+#: Accepted values of ``normalization``.
+NORMALIZATIONS: Final[tuple[str, ...]] = ("ess", "self", "truncated", "psis", "running")
+
+
+def truncate_weights(weights: Tensor) -> Tensor:
+    """Truncated importance weights (Ionides 2008): ``min(w, mean(w) sqrt(n))`` over the ``n`` weights given.
+
+    Example::
+
+        >>> truncate_weights(torch.tensor([0.0, 0.0, 0.0, 8.0])).tolist()  # cap = 2 * sqrt(4) = 4
+        [0.0, 0.0, 0.0, 4.0]
+    """
+    cap = weights.mean() * math.sqrt(weights.numel())
+    return torch.minimum(weights, cap)
+
+
+def pareto_smooth(weights: Tensor, reference: Tensor) -> tuple[Tensor, float]:
+    """Pareto-smoothed weights: the step's tail weights mapped through a GPD fitted to a window's tail.
+
+    PSIS (Vehtari et al. 2024) fits a generalised Pareto to the ``M = ceil(min(0.2 n, 3 sqrt(n)))`` largest of
+    ``n`` weights (exceedances of the threshold ``u``, the ``(M + 1)``-th largest) and replaces the ``i``-th
+    smallest of them by ``u + F^-1((i - 1/2) / M)``, capped at the largest raw weight. A step holds 4-16
+    weights, too few to fit, so here ``reference`` (the last ``window`` weights, the step's included) gives
+    ``u``, the fit and the ranks: a step weight ``w > u`` whose rank among the reference's tail is ``i``
+    (ties: the highest) becomes ``min(u + F^-1((i - 1/2) / M), max(reference))``; weights ``<= u`` stay.
+
+    Args:
+        weights: the step's weights (any device).
+        reference: recent weights including the step's (at least 10 finite ones to smooth anything).
+
+    Returns:
+        ``(smoothed weights on weights' device and dtype, k-hat)`` (``k-hat`` is ``nan`` and the weights are
+        unchanged when the tail cannot be fitted).
+    """
+    r = reference.detach().to("cpu", torch.float64).numpy()
+    r = np.sort(r[np.isfinite(r)])
+    if r.size < 10:
+        return weights, math.nan
+    m = tail_size(r.size)
+    threshold, tail = r[-m - 1], r[-m:]
+    exceedances = tail - threshold
+    if np.sum(exceedances > 0) < 5:
+        return weights, math.nan
+    k, sigma = gpd_fit(exceedances[exceedances > 0])
+    if not (math.isfinite(k) and math.isfinite(sigma) and sigma > 0):
+        return weights, k
+    w = weights.detach().to("cpu", torch.float64).numpy().copy()
+    above = w > threshold
+    ranks = np.clip(np.searchsorted(tail, w[above], side="right"), 1, m)
+    w[above] = np.minimum(threshold + gpd_quantile((ranks - 0.5) / m, k, sigma), r[-1])
+    return torch.from_numpy(w).to(device=weights.device, dtype=weights.dtype), k
+
+
+class Normalizer:
+    """``ess`` or ``self``: the weights unchanged, normalised by the global ESS or ``sum w``; no state.
+
+    Args:
+        normalization: ``"ess"`` or ``"self"``.
+    """
+
+    def __init__(self, normalization: str = "ess") -> None:
+        self.normalization = normalization
+
+    def normalize(self, weights: Tensor) -> EpisodeWeights:
+        """The step's global weights, transformed, and how the loss divides by them (state unchanged)."""
+        return EpisodeWeights(weights, "ess" if self.normalization == "ess" else "self")
+
+    def update(self, weights: Tensor, warmup: bool = False) -> None:
+        """Commits the step's raw global weights (CPU) into the state (``warmup``: they are the warm-up's 1s)."""
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        pass
+
+
+class TruncatedNormalizer(Normalizer):
+    """``truncated``: :func:`truncate_weights` over the global batch, then ``sum w L / sum w``."""
+
+    def __init__(self) -> None:
+        super().__init__("truncated")
+
+    def normalize(self, weights: Tensor) -> EpisodeWeights:
+        return EpisodeWeights(truncate_weights(weights), "self")
+
+
+class ParetoSmoothedNormalizer(Normalizer):
+    """``psis``: :func:`pareto_smooth` against the last ``window`` raw weights, then ``sum w L / sum w``.
+
+    Needs the weights on the host every step (a device sync). :attr:`last_k` is the step's ``k-hat``.
+
+    Args:
+        window: number of recent raw weights (after the warm-up) the tail is fitted to.
+    """
+
+    def __init__(self, window: int = 1000) -> None:
+        super().__init__("psis")
+        self.window = window
+        self.recent = torch.zeros(0, dtype=torch.float64)
+        self.last_k = math.nan
+
+    def normalize(self, weights: Tensor) -> EpisodeWeights:
+        current = weights.detach().to("cpu", torch.float64).flatten()
+        reference = torch.cat([self.recent, current])[-self.window :]
+        smoothed, self.last_k = pareto_smooth(weights, reference)
+        return EpisodeWeights(smoothed, "self")
+
+    def update(self, weights: Tensor, warmup: bool = False) -> None:
+        if warmup:  # the warm-up's weights are all 1: no tail to learn from
+            return
+        self.recent = torch.cat([self.recent, weights.to("cpu", torch.float64).flatten()])[-self.window :]
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"recent": self.recent.clone()}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        recent = state.get("recent")
+        self.recent = torch.zeros(0) if recent is None else torch.as_tensor(recent)
+        self.recent = self.recent.to("cpu", torch.float64).flatten()[-self.window :]
+
+
+class RunningNormalizer(Normalizer):
+    """``running``: ``sum w L / D_t``, ``D_t = decay D_(t-1) + (1 - decay) sum_t w`` (``D_0`` = the first step's).
+
+    ``D`` averages the global ``sum w`` over every step, warm-up included (where ``sum w = |B|``), so at the end
+    of the warm-up ``D = |B|`` and the loss is the plain importance-sampling estimate ``sum w L / |B|`` scaled by
+    ``|B| / D``, which moves slowly. The step's own ``sum w`` enters ``D_t`` (no division by a stale value on a
+    first step). Computed on the device: no sync.
+
+    Args:
+        decay: the weight of the old average, in ``[0, 1)`` (default 0.99: about the last 100 steps).
+    """
+
+    def __init__(self, decay: float = 0.99) -> None:
+        super().__init__("running")
+        self.decay = decay
+        self.average: float | None = None
+
+    def _next(self, total: Tensor) -> Tensor:
+        return total if self.average is None else self.decay * self.average + (1.0 - self.decay) * total
+
+    def normalize(self, weights: Tensor) -> EpisodeWeights:
+        dtype = torch.float32 if weights.device.type == "mps" else torch.float64
+        return EpisodeWeights(weights, "fixed", self._next(weights.detach().to(dtype).sum()))
+
+    def update(self, weights: Tensor, warmup: bool = False) -> None:
+        self.average = float(self._next(weights.to("cpu", torch.float64).sum()))
+
+    def state_dict(self) -> dict[str, Any]:
+        return {} if self.average is None else {"average": float(self.average)}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.average = None if state.get("average") is None else float(state["average"])
+
+
+def make_normalizer(normalization: str, window: int = 1000, running_decay: float = 0.99) -> Normalizer:
+    """Builds the normaliser named ``normalization`` (one of :data:`NORMALIZATIONS`).
+
+    Raises:
+        ValueError: if ``normalization`` is unknown.
+    """
+    if normalization in ("ess", "self"):
+        return Normalizer(normalization)
+    if normalization == "truncated":
+        return TruncatedNormalizer()
+    if normalization == "psis":
+        return ParetoSmoothedNormalizer(window)
+    if normalization == "running":
+        return RunningNormalizer(running_decay)
+    raise ValueError(f"normalization must be one of {list(NORMALIZATIONS)}, got {normalization!r}")
