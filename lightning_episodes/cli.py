@@ -7,12 +7,18 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import torch
-from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.cli import LightningCLI
+from pytorch_lightning.utilities import rank_zero_info
+from typing_extensions import override
 
 import lightning_episodes  # noqa: F401  (registers algorithms, callbacks and datasets for short names)
 from lightning_episodes.algorithms.base import EpisodicModule
+from lightning_episodes.algorithms.loading import CheckpointError, read_checkpoint
+from lightning_episodes.callbacks.checkpointing import (
+    checkpoint_callback,
+    continue_logger_version,
+    find_last_checkpoint,
+)
 from lightning_episodes.data.datamodule import EpisodicDataModule
 
 
@@ -41,32 +47,69 @@ class EpisodicCLI(LightningCLI):
             help="After `fit`, test the best checkpoint (by the ModelCheckpoint monitor) in the same process.",
         )
 
-    def _resolve_best(self, subcommand: str) -> None:
-        """Let ``--ckpt_path best`` work in a new process: read the best path that the configured
-        ``ModelCheckpoint`` recorded in its ``last.ckpt`` (Lightning only knows "best" inside ``fit``)."""
+    # -- --ckpt_path: `last`, `best` and broken files, resolved before Lightning sees them ------------------------
+    @override
+    def parse_arguments(self, parser: Any, args: Any) -> None:
+        super().parse_arguments(parser, args)
+        # LightningCLI reads the hyper-parameters of a --ckpt_path file right after parsing: check the file first
+        subcommand = self.config.get("subcommand")
+        value = self.config[subcommand].get("ckpt_path") if subcommand else None
+        if value is not None and value not in ("last", "best") and Path(value).exists():
+            try:
+                read_checkpoint(value)
+            except CheckpointError as error:
+                parser.error(f"--ckpt_path {value}: {error}")
+
+    def _resolve_ckpt_path(self, subcommand: str) -> None:
+        """Turn ``--ckpt_path last|best|FILE`` into a checked file, or stop with one message naming what is wrong.
+
+        ``last`` is the ``last.ckpt`` this configuration's checkpoint callback writes (the newest run folder's
+        when it has no ``dirpath``; :func:`~lightning_episodes.callbacks.checkpointing.find_last_checkpoint`),
+        and ``fit`` continues in that run folder. ``best`` is the best checkpoint recorded in that ``last.ckpt``
+        (Lightning only knows "best" inside ``fit``). Lightning itself would start over from scratch, with exit
+        code 0, when it finds no ``last`` checkpoint, and give a raw traceback for a broken file.
+        """
         config = self.config_init[subcommand]
-        if config.get("ckpt_path") != "best":
+        value = config.get("ckpt_path")
+        if value is None or str(value) == "hpc" or str(value).startswith("registry"):
             return
-        callbacks = self.trainer.callbacks  # type: ignore[attr-defined]
-        checkpoints = [cb for cb in callbacks if isinstance(cb, ModelCheckpoint)]
-        if not checkpoints or checkpoints[0].dirpath is None:
-            raise ValueError(
-                "--ckpt_path best in a new process needs a ModelCheckpoint with an explicit dirpath in the config"
-            )
-        last = Path(checkpoints[0].dirpath) / "last.ckpt"
-        if not last.is_file():
-            raise FileNotFoundError(f"--ckpt_path best: {last} does not exist (run fit with save_last: true first)")
-        state = torch.load(last, map_location="cpu", weights_only=True)["callbacks"]
-        best = next((s["best_model_path"] for k, s in state.items() if k.startswith("ModelCheckpoint")), "")
-        if not best or not Path(best).is_file():
-            raise FileNotFoundError(f"--ckpt_path best: {last} records no existing best checkpoint ({best!r})")
-        config["ckpt_path"] = best
+        try:
+            if value in ("last", "best"):
+                last = find_last_checkpoint(self.trainer)
+                path = last if value == "last" else self._best_recorded_in(last)
+            else:
+                path = Path(value)
+            checkpoint = read_checkpoint(path)
+        except (FileNotFoundError, CheckpointError) as error:
+            self.parser.error(f"--ckpt_path {value}: {error}")
+        if value == "last" and subcommand == "fit":
+            callback = checkpoint_callback(self.trainer)
+            if callback is not None and callback.dirpath is None:
+                continue_logger_version(self.trainer, path, int(checkpoint.get("global_step", 0)))
+        rank_zero_info(f"--ckpt_path {value}: {path}")
+        config["ckpt_path"] = str(path)
+
+    def _best_recorded_in(self, last: Path) -> Path:
+        """The best checkpoint that the checkpoint callback recorded in ``last``."""
+        states = read_checkpoint(last).get("callbacks") or {}
+        callback = checkpoint_callback(self.trainer)
+        state = states.get(callback.state_key) if callback is not None else None
+        candidates = [state] if isinstance(state, dict) else [s for s in states.values() if isinstance(s, dict)]
+        best = next((str(s["best_model_path"]) for s in candidates if s.get("best_model_path")), "")
+        if not best:
+            raise FileNotFoundError(f"{last} records no best checkpoint (did the run validate?)")
+        if not Path(best).is_file():
+            raise FileNotFoundError(f"{last} records the best checkpoint {best}, which does not exist")
+        return Path(best)
+
+    def before_fit(self) -> None:
+        self._resolve_ckpt_path("fit")
 
     def before_test(self) -> None:
-        self._resolve_best("test")
+        self._resolve_ckpt_path("test")
 
     def before_validate(self) -> None:
-        self._resolve_best("validate")
+        self._resolve_ckpt_path("validate")
 
     def after_fit(self) -> None:
         if self.config[self.subcommand].get("test_after_fit"):

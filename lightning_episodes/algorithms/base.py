@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, ClassVar, Literal, Protocol
 
 import pytorch_lightning as pl
 import torch
+from pytorch_lightning.callbacks import Callback
 from pytorch_lightning.cli import LRSchedulerCallable, OptimizerCallable
-from pytorch_lightning.utilities import rank_zero_only
 from torch import Tensor, nn
 from typing_extensions import override
 
@@ -56,16 +52,6 @@ class WeightingStrategy(Protocol):
         ...
 
 
-def _plain(values: dict[str, Any]) -> dict[str, Any]:
-    """The JSON-friendly (scalar) entries of a hyper-parameter dict."""
-    return {k: v for k, v in values.items() if isinstance(v, int | float | str | bool) or v is None}
-
-
-def _scenario_hash(hparams: dict[str, Any], data: dict[str, Any]) -> str:
-    scenario = [hparams, {key: value for key, value in data.items() if key != "train_seed"}]
-    return hashlib.sha256(json.dumps(scenario, sort_keys=True).encode()).hexdigest()[:16]
-
-
 def default_optimizer(params: Any) -> torch.optim.Optimizer:
     """Adam with learning rate 1e-3, the paper's optimiser."""
     return torch.optim.Adam(params, lr=1e-3)
@@ -77,6 +63,12 @@ class EpisodicModule(pl.LightningModule):
     A subclass implements :meth:`episode_losses`; this class turns it into the training loss (the
     ESS-normalised importance-weighted estimator of docs/method.md, exact under DDP), logging, evaluation
     (mean accuracy ± 95% CI over episodes, synchronised across devices) and the optimiser.
+
+    Every Trainer it runs in gets a :class:`~lightning_episodes.callbacks.NonFiniteGuard` (non-finite training
+    steps are skipped, and training stops after a few in a row) and a
+    :class:`~lightning_episodes.callbacks.TestResultsWriter` (``test_results.json``), unless it has its own (see
+    :meth:`configure_callbacks`); evaluating a model with NaN or inf parameters, buffers or outputs raises
+    :class:`~lightning_episodes.callbacks.NonFiniteError` instead of reporting a number.
 
     Args:
         optimizer: the optimiser factory, e.g. ``torch.optim.SGD`` from YAML (default: Adam, lr 1e-3).
@@ -119,6 +111,9 @@ class EpisodicModule(pl.LightningModule):
         self.trained_on: dict[str, Any] | None = None
         self.val_accuracy, self.test_accuracy = EpisodeMeanCI(), EpisodeMeanCI()
         self.val_loss, self.test_loss = EpisodeMeanCI(), EpisodeMeanCI()
+        #: the ``test/*`` values of the last test (:class:`~lightning_episodes.callbacks.TestResultsWriter` writes them)
+        self.test_results: dict[str, float] | None = None
+        self._nonfinite_outputs: Tensor | None = None
 
     # -- the one method subclasses implement -------------------------------------------------------------
     def episode_losses(self, batch: Episode) -> EpisodeOutput:
@@ -208,7 +203,36 @@ class EpisodicModule(pl.LightningModule):
             out = self._output(batch)
         accuracy.update(out.accuracies)
         loss.update(out.losses.detach())
+        # a flag on the device, read once at the end of the evaluation (no host sync per batch)
+        bad = (~(torch.isfinite(out.losses.detach()).all() & torch.isfinite(out.accuracies).all())).float()
+        self._nonfinite_outputs = bad if self._nonfinite_outputs is None else self._nonfinite_outputs.maximum(bad)
         return out
+
+    def _check_finite(self, stage: str, outputs: Tensor | None = None) -> None:
+        """Raise :class:`~lightning_episodes.callbacks.NonFiniteError` if the parameters, the floating-point
+        buffers (batch-norm statistics) or the evaluated ``outputs`` flag hold NaN or inf on any rank. A collective:
+        every rank calls it and every rank raises."""
+        from lightning_episodes.callbacks.nonfinite import NonFiniteError, nonfinite_flags, nonfinite_report
+
+        outputs = torch.zeros((), device=self.device) if outputs is None else outputs.to(self.device)
+        flags = torch.cat([nonfinite_flags(self)[1:], outputs.reshape(1)])
+        bad = [flag > 0 for flag in self.trainer.strategy.reduce(flags, reduce_op="sum").tolist()]
+        if any(bad):
+            what = nonfinite_report(self, [False, *bad[:2]]) if any(bad[:2]) else "non-finite losses or accuracies"
+            raise NonFiniteError(
+                f"{stage}: refusing to evaluate a model with {what}: its accuracy would mean nothing. The model "
+                "diverged in training (see its NonFiniteGuard warnings) or the checkpoint is damaged."
+            )
+
+    @override
+    def on_validation_start(self) -> None:
+        self._nonfinite_outputs = None
+        self._check_finite("validation")
+
+    @override
+    def on_test_start(self) -> None:
+        self._nonfinite_outputs = None
+        self._check_finite("test")
 
     @override
     def on_validation_model_eval(self) -> None:
@@ -229,14 +253,18 @@ class EpisodicModule(pl.LightningModule):
         self._evaluate(batch, self.test_accuracy, self.test_loss)
 
     def _log_evaluation(self, stage: str, accuracy: EpisodeMeanCI, loss: EpisodeMeanCI) -> dict[str, float]:
-        mean, ci, count = accuracy.compute()  # sums over ranks: identical everywhere, no sync_dist needed
+        self._check_finite("validation" if stage == "val" else stage, self._nonfinite_outputs)
+        self._nonfinite_outputs = None
+        mean, ci, count = accuracy.compute()  # sums over ranks: identical everywhere
         results = {
             f"{stage}/acc": float(mean),
             f"{stage}/acc_ci95": float(ci),
             f"{stage}/loss": float(loss.compute()[0]),
             f"{stage}/episodes": float(count),
         }
-        self.log_dict(results, prog_bar=stage == "val")
+        # already the same on every rank: the max over ranks keeps them exact (a mean over 3 ranks might round)
+        # and tells Lightning they are synchronised (it warns about epoch-level values logged without sync_dist)
+        self.log_dict(results, prog_bar=stage == "val", sync_dist=True, reduce_fx="max")
         # states re-created under inference mode would be read-only in a later no-grad evaluation
         with torch.inference_mode(False):
             accuracy.reset()
@@ -249,47 +277,19 @@ class EpisodicModule(pl.LightningModule):
 
     @override
     def on_test_epoch_end(self) -> None:
-        results = self._log_evaluation("test", self.test_accuracy, self.test_loss)
-        self._write_test_results(results)
+        self.test_results = self._log_evaluation("test", self.test_accuracy, self.test_loss)
 
-    @rank_zero_only
-    def _write_test_results(self, results: dict[str, float]) -> None:
-        """A machine-readable record of the test run in the logger's folder (read by ``lightning-episodes report``)."""
-        if self.trainer.logger is None or self.trainer.log_dir is None:
-            return
-        hparams = _plain(dict(self.hparams))
-        datamodule = getattr(self.trainer, "datamodule", None)
-        data = _plain(dict(datamodule.hparams)) if datamodule is not None and hasattr(datamodule, "hparams") else {}
-        sampling = next(
-            (
-                {"target": str(cb.target_name), "proposal": str(cb.proposal)}
-                for cb in self.trainer.callbacks  # type: ignore[attr-defined]
-                if hasattr(cb, "target_name") and hasattr(cb, "proposal")
-            ),
-            None,
-        )
-        seed = os.environ.get("PL_GLOBAL_SEED")
-        record = {
-            "algorithm": type(self).__name__,
-            "accuracy": results["test/acc"],
-            "ci95": results["test/acc_ci95"],
-            "loss": results["test/loss"],
-            "episodes": int(results["test/episodes"]),
-            "eval_batch_norm": self.eval_batch_norm,
-            "global_step": self.trainer.global_step,
-            "ckpt_path": self.trainer.ckpt_path,
-            "seed": None if seed is None else int(seed),
-            "sampling": sampling,
-            "trained_on": self.trained_on,
-            "hparams": hparams,
-            "data": data,
-            # identifies the scenario: the same model and data settings give the same hash, whatever the seed of
-            # the training episodes (runs of one scenario with different seeds share it)
-            "config_hash": _scenario_hash(hparams, data),
-        }
-        path = Path(self.trainer.log_dir) / "test_results.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(record, indent=2, sort_keys=True))
+    @override
+    def configure_callbacks(self) -> list[Callback]:
+        """A :class:`~lightning_episodes.callbacks.NonFiniteGuard` and a
+        :class:`~lightning_episodes.callbacks.TestResultsWriter` for a Trainer that has none of its own: every run
+        stops on a diverged model and records its test results. List one in the Trainer's callbacks to configure it.
+        """
+        from lightning_episodes.callbacks.nonfinite import NonFiniteGuard
+        from lightning_episodes.callbacks.test_results import TestResultsWriter
+
+        present = self.trainer.callbacks  # type: ignore[attr-defined]
+        return [cls() for cls in (NonFiniteGuard, TestResultsWriter) if not any(isinstance(cb, cls) for cb in present)]
 
     # -- checkpoints ----------------------------------------------------------------------------------------
     @override

@@ -1,8 +1,11 @@
-"""Loading any checkpoint of this library without knowing its algorithm in advance."""
+"""Reading checkpoint files safely, with one clear message for a broken file, and loading any checkpoint of this
+library without knowing its algorithm in advance."""
 
 from __future__ import annotations
 
 import importlib
+import pickle
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -10,19 +13,85 @@ import torch
 
 from lightning_episodes.algorithms.base import EpisodicModule
 
+#: the first bytes of every file ``torch.save`` writes (a zip archive)
+_ZIP_MAGIC = b"PK\x03\x04"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint file that cannot be used: empty, truncated, not a checkpoint, or unsafe to load.
+
+    The message names the file and what is wrong with it.
+    """
+
+
+def _first_line(error: BaseException) -> str:
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]
+
+
+def check_checkpoint_file(path: str | Path) -> Path:
+    """``path`` as a :class:`~pathlib.Path` if it is a complete checkpoint archive (without loading it).
+
+    Cheap (it reads the archive's directory, not its tensors): what the command line checks before Lightning
+    loads a ``--ckpt_path``.
+
+    Raises:
+        FileNotFoundError: if ``path`` does not exist.
+        CheckpointError: if it is a directory, empty, truncated or not a file written by ``torch.save``.
+    """
+    path = Path(path)
+    if path.is_dir():
+        inside = sorted(p.name for p in path.glob("*.ckpt"))[:5]
+        hint = f" (it holds {', '.join(inside)})" if inside else ""
+        raise CheckpointError(f"checkpoint {path} is a directory, not a checkpoint file{hint}")
+    if not path.exists():
+        raise FileNotFoundError(f"checkpoint {path} does not exist")
+    size = path.stat().st_size
+    if size == 0:
+        raise CheckpointError(f"checkpoint {path} is empty (0 bytes): was the run killed while saving it?")
+    with path.open("rb") as handle:
+        head = handle.read(len(_ZIP_MAGIC))
+    if head != _ZIP_MAGIC:
+        raise CheckpointError(f"{path} is not a checkpoint: it is not a file written by torch.save (a zip archive)")
+    if not zipfile.is_zipfile(path):
+        raise CheckpointError(
+            f"checkpoint {path} is truncated or corrupt ({size:,} bytes, the end of its zip archive is missing): "
+            "was the run killed while saving it, or the copy incomplete?"
+        )
+    return path
+
+
+def read_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+    """The contents of a Lightning checkpoint file, loaded with ``weights_only=True`` (no code runs) and memory-mapped
+    (tensors are read from the file when used).
+
+    Raises:
+        FileNotFoundError: if ``path`` does not exist.
+        CheckpointError: naming the file, if it is a directory, empty, truncated or corrupt, holds objects that
+            cannot be loaded safely, or is not a Lightning checkpoint (a dict with a ``state_dict``).
+    """
+    path = check_checkpoint_file(path)
+    try:
+        checkpoint = torch.load(path, map_location=map_location, weights_only=True, mmap=True)
+    except pickle.UnpicklingError as error:
+        raise CheckpointError(
+            f"checkpoint {path} holds objects that cannot be loaded safely with weights_only=True: {_first_line(error)}"
+        ) from None
+    except (RuntimeError, EOFError, OSError, ValueError, KeyError) as error:
+        raise CheckpointError(f"checkpoint {path} is corrupt: {_first_line(error)}") from None
+    if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
+        raise CheckpointError(f"{path} is not a Lightning checkpoint (it has no 'state_dict')")
+    return checkpoint
+
 
 def checkpoint_info(path: str | Path) -> dict[str, Any]:
     """The ``lightning_episodes`` record of a checkpoint: its class path and episode shape.
 
     Raises:
         FileNotFoundError: if ``path`` does not exist.
+        CheckpointError: if the file is broken (see :func:`read_checkpoint`).
         ValueError: if the checkpoint was not written by an :class:`EpisodicModule`.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"checkpoint {path} does not exist")
-    checkpoint = torch.load(path, map_location="cpu", weights_only=True)
-    info = checkpoint.get("lightning_episodes")
+    info = read_checkpoint(path).get("lightning_episodes")
     if not isinstance(info, dict) or "class_path" not in info:
         raise ValueError(f"{path} is not a lightning-episodes checkpoint (it has no 'lightning_episodes' record)")
     return info
@@ -38,6 +107,8 @@ def load_episodic_module(path: str | Path, map_location: str | torch.device = "c
     ``configure_model``; a module loaded for scoring or as an offline reference has no Trainer to do it).
 
     Raises:
+        FileNotFoundError: if ``path`` does not exist.
+        CheckpointError: if the file is broken (see :func:`read_checkpoint`).
         ValueError: if the recorded class is not an :class:`EpisodicModule`.
     """
     class_path = checkpoint_info(path)["class_path"]

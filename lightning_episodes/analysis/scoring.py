@@ -269,10 +269,13 @@ def checkpoint_datamodule(
     the fixed episodes the run's test evaluated; updated by each config's ``data:`` section, then by ``options``.
 
     Raises:
-        ValueError: if the checkpoint saved no data settings and none are given, or for an unknown argument.
+        FileNotFoundError: if ``ckpt_path`` does not exist.
+        ValueError: if the checkpoint saved no data settings and none are given, for an unknown argument, or a
+            broken checkpoint file (a :class:`~lightning_episodes.algorithms.loading.CheckpointError`).
     """
-    checkpoint = torch.load(ckpt_path, map_location="cpu", weights_only=True)
-    saved = checkpoint.get("datamodule_hyper_parameters") or {}
+    from lightning_episodes.algorithms.loading import read_checkpoint
+
+    saved = read_checkpoint(ckpt_path).get("datamodule_hyper_parameters") or {}
     # LightningCLI saves its bookkeeping (`_class_path`, `_instantiator`) with them: not data module arguments
     arguments = {key: value for key, value in saved.items() if not key.startswith("_")}
     for config in configs:

@@ -1,7 +1,11 @@
-"""Lightning callbacks: importance weighting over episode difficulty, and difficulty tracking."""
+"""Lightning callbacks: importance weighting over episode difficulty, difficulty tracking, checkpoints to resume
+from, non-finite steps and test records."""
 
+from lightning_episodes.callbacks.checkpointing import ResumableCheckpoint
 from lightning_episodes.callbacks.difficulty_tracking import DifficultyTrackingCallback
 from lightning_episodes.callbacks.difficulty_weighting import ESTIMATES, DifficultyWeightingCallback, WeightingStep
+from lightning_episodes.callbacks.nonfinite import NonFiniteError, NonFiniteGuard
+from lightning_episodes.callbacks.test_results import TestResultsWriter
 from lightning_episodes.weighting import NORMALIZATIONS, PROPOSALS
 
 __all__ = [
@@ -10,5 +14,9 @@ __all__ = [
     "PROPOSALS",
     "DifficultyTrackingCallback",
     "DifficultyWeightingCallback",
+    "NonFiniteError",
+    "NonFiniteGuard",
+    "ResumableCheckpoint",
+    "TestResultsWriter",
     "WeightingStep",
 ]

@@ -95,13 +95,18 @@ def test_fit_then_test_best_in_a_new_run(tmp_path: Path) -> None:
     assert generic.trained_on == record["trained_on"]
 
 
-def test_best_without_a_fit_is_a_clear_error(tmp_path: Path) -> None:
-    with pytest.raises(FileNotFoundError, match="last.ckpt does not exist"):
+def test_best_without_a_fit_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
         main(["test", *_args(tmp_path), "--ckpt_path=best"])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"error: --ckpt_path best: no last.ckpt in {tmp_path / 'checkpoints'}: "
+        "has a fit with this configuration saved one?"
+    )
 
 
 def test_the_scenario_hash_ignores_the_training_seed_only() -> None:
-    from lightning_episodes.algorithms.base import _scenario_hash
+    from lightning_episodes.callbacks.test_results import scenario_hash as _scenario_hash
 
     hparams = {"backbone": "conv4", "distance": "euclidean"}
     data = {"dataset": "glyphs", "ways": 5, "shots": 1, "seed": 0, "train_seed": 0}

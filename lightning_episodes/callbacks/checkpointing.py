@@ -1,0 +1,208 @@
+"""Checkpoints to resume from: ``last.ckpt`` that is always the last state, and where a run's ``last.ckpt`` is.
+
+Lightning's ``ModelCheckpoint(monitor=..., save_last=True)`` rewrites ``last.ckpt`` only when it writes another
+checkpoint, i.e. when the monitored metric improves: after a run whose validation peaked early, ``last.ckpt`` is
+that early state and the final weights are written nowhere. :class:`ResumableCheckpoint` keeps the best-by-monitor
+checkpoints as they are and also writes ``last.ckpt`` every ``last_every_n_steps`` steps and at the end of ``fit``.
+:func:`find_last_checkpoint` finds the ``last.ckpt`` a Trainer's configuration writes, so that
+``fit --ckpt_path last`` resumes the run, in a new process, whatever folder the run was given.
+"""
+
+from __future__ import annotations
+
+import csv
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytorch_lightning as pl
+from pytorch_lightning.callbacks import ModelCheckpoint
+from pytorch_lightning.loggers import CSVLogger
+from pytorch_lightning.trainer.states import TrainerFn
+from typing_extensions import override
+
+
+def _fast_dev_run(trainer: pl.Trainer) -> bool:
+    # ModelCheckpoint never saves in a fast_dev_run (an attribute the Trainer sets in its constructor)
+    return bool(getattr(trainer, "fast_dev_run", False))
+
+
+class ResumableCheckpoint(ModelCheckpoint):
+    """A ``ModelCheckpoint`` whose ``last.ckpt`` is the latest training state.
+
+    The top-k checkpoints by ``monitor`` are written as by ``ModelCheckpoint`` (e.g. the best by ``val/acc`` at
+    each validation). ``last.ckpt`` is written as well:
+
+    - every ``last_every_n_steps`` training (optimiser) steps, so a killed run loses at most that many steps;
+    - after a validation at such a step, and whenever a top-k checkpoint is written, so that it records the
+      validation's outcome (the best path that ``test --ckpt_path best`` reads from it);
+    - at the end of ``fit``: after ``fit``, it always holds the final weights.
+
+    Resuming from it (``fit --ckpt_path last``) continues exactly where it was written.
+
+    Args:
+        last_every_n_steps: write ``last.ckpt`` every this many global steps; 0 writes it only at the end of
+            ``fit`` and with each top-k checkpoint. Default: 100.
+        save_last: must be ``True`` (``last.ckpt`` is what this class is for; ``"link"`` would point at the
+            latest top-k checkpoint, an older state).
+        enable_version_counter: ``ModelCheckpoint``'s option, default ``False`` here: a new run in the same
+            ``dirpath`` overwrites ``last.ckpt`` instead of writing ``last-v1.ckpt``, which neither
+            ``--ckpt_path last`` nor ``--ckpt_path best`` would read.
+        **kwargs: the other arguments of ``ModelCheckpoint`` (``dirpath``, ``monitor``, ``mode``, ``filename``,
+            ``save_top_k``, ...).
+
+    Raises:
+        ValueError: if ``last_every_n_steps`` is not an integer >= 0, or ``save_last`` is not ``True``.
+
+    Example::
+
+        >>> checkpoint = ResumableCheckpoint(monitor="val/acc", mode="max", last_every_n_steps=50)
+        >>> checkpoint.save_last, checkpoint.last_every_n_steps
+        (True, 50)
+    """
+
+    def __init__(
+        self,
+        last_every_n_steps: int = 100,
+        save_last: bool = True,
+        enable_version_counter: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        if isinstance(last_every_n_steps, bool) or not isinstance(last_every_n_steps, int) or last_every_n_steps < 0:
+            raise ValueError(f"last_every_n_steps must be an integer >= 0, got {last_every_n_steps!r}")
+        if save_last is not True:
+            raise ValueError(
+                f"ResumableCheckpoint always writes last.ckpt: save_last must be true, got {save_last!r} "
+                "(use pytorch_lightning's ModelCheckpoint for no last.ckpt)"
+            )
+        super().__init__(save_last=True, enable_version_counter=enable_version_counter, **kwargs)
+        self.last_every_n_steps = last_every_n_steps
+        #: global step of the state in ``last.ckpt``, and how many times this run wrote it
+        self._last_step: int | None = None
+        self._last_writes = 0
+
+    @override
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        super().setup(trainer, pl_module, stage)
+        self._last_step = None
+
+    def _fitting(self, trainer: pl.Trainer) -> bool:
+        return not _fast_dev_run(trainer) and trainer.state.fn == TrainerFn.FITTING and not trainer.sanity_checking
+
+    def _due(self, trainer: pl.Trainer) -> bool:
+        n = self.last_every_n_steps
+        return n > 0 and trainer.global_step % n == 0 and self._fitting(trainer)
+
+    @override
+    def _save_last_checkpoint(self, trainer: pl.Trainer, monitor_candidates: dict[str, Any]) -> None:
+        super()._save_last_checkpoint(trainer, monitor_candidates)
+        self._last_step = trainer.global_step
+        self._last_writes += 1
+
+    def _write_last(self, trainer: pl.Trainer) -> None:
+        # ModelCheckpoint skips every save at a step it has saved at: forget this one, so that a validation at the
+        # same step still writes its top-k checkpoint
+        previous = self._last_global_step_saved
+        self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
+        self._last_global_step_saved = previous
+
+    @override
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+        if self._due(trainer) and self._last_step != trainer.global_step:
+            self._write_last(trainer)
+
+    @override
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        writes = self._last_writes
+        super().on_validation_end(trainer, pl_module)
+        # written at this step before the validation and not since: again, with the validation's outcome
+        if self._due(trainer) and self._last_step == trainer.global_step and self._last_writes == writes:
+            self._write_last(trainer)
+
+    @override
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        super().on_train_end(trainer, pl_module)
+        if not _fast_dev_run(trainer) and self._last_step != trainer.global_step:
+            self._write_last(trainer)
+
+
+def checkpoint_callback(trainer: pl.Trainer) -> ModelCheckpoint | None:
+    """The Trainer's first ``ModelCheckpoint`` (``ResumableCheckpoint`` included), or ``None``."""
+    return next((cb for cb in trainer.callbacks if isinstance(cb, ModelCheckpoint)), None)  # type: ignore[attr-defined]
+
+
+def _logger_root(trainer: pl.Trainer) -> Path | None:
+    """``<save_dir>/<name>``, the folder of the logger's run folders, where ``ModelCheckpoint`` without a
+    ``dirpath`` writes (into ``<version>/checkpoints``); ``None`` without a logger."""
+    if not trainer.loggers:
+        return None
+    logger = trainer.loggers[0]
+    save_dir = logger.save_dir if logger.save_dir is not None else trainer.default_root_dir
+    return Path(save_dir) / str(logger.name or "")
+
+
+def find_last_checkpoint(trainer: pl.Trainer) -> Path:
+    """The ``last.ckpt`` that the Trainer's checkpoint callback writes for this configuration.
+
+    With a ``dirpath``, the ``last.ckpt`` in it. Without one, ``ModelCheckpoint`` writes into the logger's run
+    folder (``<save_dir>/<name>/<version>/checkpoints``), a new one per run: the newest ``last.ckpt`` among them.
+
+    Raises:
+        FileNotFoundError: with what was looked for and where, if there is no checkpoint callback or no
+            ``last.ckpt`` where it writes.
+    """
+    callback = checkpoint_callback(trainer)
+    if callback is None or not callback.save_last:
+        raise FileNotFoundError(
+            "no checkpoint callback that writes last.ckpt (a ModelCheckpoint with save_last: true, e.g. "
+            "lightning_episodes.callbacks.ResumableCheckpoint) is configured in trainer.callbacks"
+        )
+    name = callback.CHECKPOINT_NAME_LAST + callback.FILE_EXTENSION
+    root = _logger_root(trainer)
+    if callback.dirpath is not None:
+        where, found = Path(callback.dirpath), [Path(callback.dirpath) / name]
+    elif root is not None:
+        where, found = root, list(root.glob(f"*/checkpoints/{name}"))
+    else:
+        where = Path(trainer.default_root_dir) / "checkpoints"
+        found = [where / name]
+    found = [path for path in found if path.exists()]
+    if not found:
+        pattern = f"{where}/<version>/checkpoints/{name}" if callback.dirpath is None and root is not None else where
+        raise FileNotFoundError(f"no {name} in {pattern}: has a fit with this configuration saved one?")
+    return max(found, key=lambda path: path.stat().st_mtime)
+
+
+def continue_logger_version(trainer: pl.Trainer, checkpoint: Path, step: int) -> None:
+    """Make the loggers write into the run folder of ``checkpoint`` (``<root>/<version>/checkpoints/last.ckpt``)
+    instead of a new version, so that a resumed run keeps one folder: its checkpoints, logs and test record.
+
+    A ``CSVLogger`` deletes the ``metrics.csv`` of a folder it starts in: its rows up to ``step`` (the
+    checkpoint's global step; later rows belong to steps that the resumed run repeats) are logged again.
+    Loggers without a version of this kind (other than CSV and TensorBoard) start a new one, as they would.
+    """
+    run_dir = checkpoint.parent.parent
+    for logger in trainer.loggers:
+        root = getattr(logger, "root_dir", None)
+        if root is None or Path(root).resolve() != run_dir.parent.resolve() or not hasattr(logger, "_version"):
+            continue
+        logger._version = run_dir.name
+        if isinstance(logger, CSVLogger) and trainer.is_global_zero:
+            _carry_csv_rows(logger, run_dir / "metrics.csv", step)
+
+
+def _carry_csv_rows(logger: CSVLogger, metrics: Path, step: int) -> None:
+    rows = []
+    if metrics.is_file():
+        with metrics.open(newline="") as handle:
+            rows = [row for row in csv.DictReader(handle) if row.get("step") and int(row["step"]) <= step]
+    with warnings.catch_warnings():
+        # "Previous log files in this directory will be deleted": their rows are logged again just below
+        warnings.filterwarnings("ignore", message=".*exists and is not empty.*")
+        experiment = logger.experiment
+    for row in rows:
+        values = {key: float(value) for key, value in row.items() if key != "step" and value not in ("", None)}
+        experiment.log_metrics(values, int(row["step"]))

@@ -1,0 +1,155 @@
+"""Non-finite training steps: skipped, counted and, after a few in a row, a clear stop.
+
+A learning rate that is far too large makes the parameters NaN after one step, or the batch-norm running statistics
+inf; every later step is then non-finite too. Without a check, the run goes on, exits 0 and evaluates a broken model
+at chance level. :class:`NonFiniteGuard` skips each step whose averaged gradients, parameters or floating-point
+buffers (batch-norm statistics) hold a NaN or an inf, and stops the run after ``max_consecutive`` such steps in a
+row. :class:`~lightning_episodes.EpisodicModule` adds one to every Trainer that has none, and refuses to evaluate a
+model with non-finite parameters, buffers or outputs (:func:`nonfinite_report`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import Any
+
+import pytorch_lightning as pl
+import torch
+from pytorch_lightning.callbacks import Callback
+from pytorch_lightning.utilities import rank_zero_warn
+from torch import Tensor, nn
+from typing_extensions import override
+
+#: what is checked, in the order of the flags of :func:`nonfinite_flags`
+KINDS = ("gradients", "parameters", "buffers")
+
+
+class NonFiniteError(RuntimeError):
+    """Training or evaluation met NaN or inf values where there must be none; the message says where."""
+
+
+def any_nonfinite(tensors: Iterable[Tensor], device: torch.device) -> Tensor:
+    """A 0-d float tensor: 1 if any element of ``tensors`` is NaN or ±inf, else 0 — without a host sync.
+
+    One fused max-|x| per tensor (``torch._foreach_norm`` with ``ord=inf``): unlike a sum or a 2-norm it cannot
+    overflow for large finite values, and NaN and inf propagate into it.
+    """
+    tensors = list(tensors)
+    if not tensors:
+        return torch.zeros((), device=device)
+    norms = torch._foreach_norm(tensors, ord=math.inf)
+    return (~torch.isfinite(torch.stack([n.to(device, torch.float32) for n in norms]))).any().float()
+
+
+def _floating_buffers(module: nn.Module) -> list[Tensor]:
+    return [b for b in module.buffers() if b.is_floating_point()]
+
+
+def nonfinite_flags(module: nn.Module, grads: Iterable[Tensor] = ()) -> Tensor:
+    """``[3]`` flags (1 = some NaN/inf) for ``grads``, the parameters and the floating-point buffers of
+    ``module``, in the order of :data:`KINDS`, on the module's device, without a host sync."""
+    device = next(module.parameters(), torch.zeros(())).device
+    return torch.stack(
+        [
+            any_nonfinite(grads, device),
+            any_nonfinite((p for p in module.parameters() if p.is_floating_point()), device),
+            any_nonfinite(_floating_buffers(module), device),
+        ]
+    )
+
+
+def nonfinite_report(module: nn.Module, flags: list[bool], grads: dict[str, Tensor] | None = None) -> str:
+    """Which of :data:`KINDS` are non-finite, naming up to three tensors of each (called on the failure path
+    only: it reads every tensor on the host)."""
+    named: dict[str, dict[str, Tensor]] = {
+        "gradients": grads or {},
+        "parameters": dict(module.named_parameters()),
+        "buffers": {name: b for name, b in module.named_buffers() if b.is_floating_point()},
+    }
+    parts = []
+    for kind, bad in zip(KINDS, flags, strict=True):
+        if not bad:
+            continue
+        names = [name for name, t in named[kind].items() if not bool(torch.isfinite(t).all())]
+        shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        parts.append(f"{kind} ({shown})" if names else f"{kind} (on another rank)")
+    return "non-finite " + " and ".join(parts)
+
+
+class NonFiniteGuard(Callback):
+    """Skip training steps with non-finite gradients, parameters or buffers; stop after several in a row.
+
+    Checked after the backward pass and DDP's gradient averaging, before the optimiser step. A non-finite step is
+    skipped: the gradients are dropped (``zero_grad(set_to_none=True)``), so the optimiser changes no parameter
+    and none of its state (the step still counts as a global step, and a scheduler still steps). It is counted
+    (``skipped_steps``, logged as ``train/nonfinite_steps``) with a warning; after ``max_consecutive`` skipped steps
+    in a row the run stops with :class:`NonFiniteError`. Non-finite parameters or batch-norm statistics do not
+    recover by skipping, so such a run stops after ``max_consecutive`` steps.
+
+    Cost per step: one fused max-|x| over the gradients, parameters and buffers, one all-reduce of 3 numbers
+    under DDP (so that every rank skips the same steps) and one host read of them. Under 16-bit mixed precision
+    the gradient scaler skips overflowing steps itself; only the parameters and buffers are checked then.
+
+    :class:`~lightning_episodes.EpisodicModule` adds a ``NonFiniteGuard()`` to every Trainer without one: list
+    one in ``trainer.callbacks`` to change ``max_consecutive``.
+
+    Args:
+        max_consecutive: non-finite steps in a row after which training stops (>= 1). Default: 5.
+
+    Raises:
+        ValueError: if ``max_consecutive`` is not an integer >= 1.
+
+    Example::
+
+        >>> NonFiniteGuard(max_consecutive=3).max_consecutive
+        3
+    """
+
+    def __init__(self, max_consecutive: int = 5) -> None:
+        if isinstance(max_consecutive, bool) or not isinstance(max_consecutive, int) or max_consecutive < 1:
+            raise ValueError(f"NonFiniteGuard: max_consecutive must be an integer >= 1, got {max_consecutive!r}")
+        self.max_consecutive = max_consecutive
+        #: non-finite steps skipped in this run, and how many in a row up to the last step
+        self.skipped_steps = 0
+        self.consecutive = 0
+
+    @override
+    def on_before_optimizer_step(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: torch.optim.Optimizer
+    ) -> None:
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        scaler = getattr(trainer.precision_plugin, "scaler", None)
+        grads = [] if scaler is not None else [p.grad for p in params if p.grad is not None]
+        flags = trainer.strategy.reduce(nonfinite_flags(pl_module, grads), reduce_op="sum")
+        bad = [bool(flag > 0) for flag in flags.tolist()]  # the one host read of the step
+        if not any(bad):
+            self.consecutive = 0
+            return
+        grads_by_name = {n: p.grad for n, p in pl_module.named_parameters() if p.grad is not None}
+        report = nonfinite_report(pl_module, bad, grads_by_name)
+        optimizer.zero_grad(set_to_none=True)  # the skip: the optimiser changes nothing without gradients
+        self.skipped_steps += 1
+        self.consecutive += 1
+        step = trainer.global_step
+        pl_module.log("train/nonfinite_steps", float(self.skipped_steps), on_step=True, on_epoch=False)
+        if self.consecutive >= self.max_consecutive:
+            raise NonFiniteError(
+                f"training stopped at step {step}: {self.consecutive} steps in a row with {report} "
+                f"({self.skipped_steps} skipped in all). The model diverged: lower the learning rate (e.g. "
+                "--model.optimizer.init_args.lr) or clip gradients (--trainer.gradient_clip_val). "
+                "NonFiniteGuard(max_consecutive) in trainer.callbacks sets how many such steps are skipped first."
+            )
+        rank_zero_warn(
+            f"step {step}: {report}; the step is skipped ({self.consecutive} in a row, training stops at "
+            f"NonFiniteGuard.max_consecutive={self.max_consecutive})"
+        )
+
+    @override
+    def state_dict(self) -> dict[str, Any]:
+        return {"skipped_steps": self.skipped_steps, "consecutive": self.consecutive}
+
+    @override
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.skipped_steps = int(state_dict.get("skipped_steps", 0))
+        self.consecutive = int(state_dict.get("consecutive", 0))

@@ -1,0 +1,93 @@
+"""``test_results.json``: the machine-readable record of a test run, written beside the logs.
+
+``lightning-episodes report`` and ``compare`` read it. :class:`~lightning_episodes.EpisodicModule` adds a
+:class:`TestResultsWriter` to every Trainer without one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytorch_lightning as pl
+from pytorch_lightning.callbacks import Callback
+from typing_extensions import override
+
+from lightning_episodes.callbacks.difficulty_weighting import DifficultyWeightingCallback
+
+RESULTS_FILE = "test_results.json"
+
+
+def plain(values: dict[str, Any]) -> dict[str, Any]:
+    """The JSON-friendly (scalar) entries of a hyper-parameter dict."""
+    return {k: v for k, v in values.items() if isinstance(v, int | float | str | bool) or v is None}
+
+
+def scenario_hash(hparams: dict[str, Any], data: dict[str, Any]) -> str:
+    """Identifies a scenario: the same model and data settings give the same hash, whatever the seed of the
+    training episodes (``data.train_seed``; runs of one scenario with different seeds share it)."""
+    scenario = [hparams, {key: value for key, value in data.items() if key != "train_seed"}]
+    return hashlib.sha256(json.dumps(scenario, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def sampling_record(trainer: pl.Trainer) -> dict[str, Any] | None:
+    """Every option of the Trainer's :class:`DifficultyWeightingCallback` (``None`` without one), with the keys
+    ``target`` and ``proposal`` that older readers of the record use."""
+    callback = next((cb for cb in trainer.callbacks if isinstance(cb, DifficultyWeightingCallback)), None)  # type: ignore[attr-defined]
+    if callback is None:
+        return None
+    options = dict(callback.options)
+    options.setdefault("proposal", options.get("estimate"))
+    return options
+
+
+class TestResultsWriter(Callback):
+    """Writes ``<log dir>/test_results.json`` at the end of each test of an
+    :class:`~lightning_episodes.EpisodicModule`: accuracy ± 95% CI, loss and number of test episodes, the
+    checkpoint, the global step, the seed, the sampling scheme (every option of the weighting callback), the model
+    and data settings and a hash of them (the scenario).
+
+    Under DDP, every rank takes part in finding the log folder (Lightning broadcasts it) and rank 0 writes. Nothing
+    is written without a logger.
+    """
+
+    __test__ = False  # not a pytest test class, despite its name
+
+    @override
+    def on_test_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        results = getattr(pl_module, "test_results", None)
+        if trainer.logger is None or not results:
+            return
+        log_dir = trainer.log_dir  # a collective under DDP: called on every rank
+        if log_dir is None or not trainer.is_global_zero:
+            return
+        path = Path(log_dir) / RESULTS_FILE
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(self.record(trainer, pl_module, results), indent=2, sort_keys=True))
+
+    @staticmethod
+    def record(trainer: pl.Trainer, pl_module: pl.LightningModule, results: dict[str, float]) -> dict[str, Any]:
+        """The record of one test: ``results`` are the module's logged ``test/*`` values."""
+        hparams = plain(dict(pl_module.hparams))
+        datamodule = getattr(trainer, "datamodule", None)
+        data = plain(dict(datamodule.hparams)) if datamodule is not None and hasattr(datamodule, "hparams") else {}
+        seed = os.environ.get("PL_GLOBAL_SEED")
+        return {
+            "algorithm": type(pl_module).__name__,
+            "accuracy": results["test/acc"],
+            "ci95": results["test/acc_ci95"],
+            "loss": results["test/loss"],
+            "episodes": int(results["test/episodes"]),
+            "eval_batch_norm": getattr(pl_module, "eval_batch_norm", None),
+            "global_step": trainer.global_step,
+            "ckpt_path": trainer.ckpt_path,
+            "seed": None if seed is None else int(seed),
+            "sampling": sampling_record(trainer),
+            "trained_on": getattr(pl_module, "trained_on", None),
+            "hparams": hparams,
+            "data": data,
+            "config_hash": scenario_hash(hparams, data),
+        }

@@ -1,0 +1,191 @@
+"""Non-finite training steps are skipped and counted, a diverged run stops with a message naming the option, on
+every rank together; evaluating a non-finite model is an error, never a number."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytorch_lightning as pl
+import torch
+from pytorch_lightning.callbacks import Callback
+from pytorch_lightning.loggers import CSVLogger
+from torch import Tensor
+
+from lightning_episodes import ProtoNet
+from lightning_episodes.algorithms.base import EpisodeOutput
+from lightning_episodes.callbacks import NonFiniteError, NonFiniteGuard
+from lightning_episodes.callbacks.nonfinite import any_nonfinite
+from lightning_episodes.cli import main
+from lightning_episodes.data.episode import Episode
+from tests.helpers import tiny_datamodule, tiny_trainer
+
+
+def sgd(lr: float) -> Any:
+    return lambda params: torch.optim.SGD(params, lr=lr)
+
+
+@pytest.mark.parametrize(
+    ("values", "expected"),
+    [
+        ([torch.full((3,), 3e38), torch.ones(2, dtype=torch.bfloat16)], 0.0),  # large but finite: no overflow
+        ([torch.ones(3), torch.tensor([1.0, float("inf")])], 1.0),
+        ([torch.tensor([float("nan")], dtype=torch.float64), torch.ones(1)], 1.0),
+        ([], 0.0),
+    ],
+)
+def test_any_nonfinite(values: list[Tensor], expected: float) -> None:
+    assert float(any_nonfinite(values, torch.device("cpu"))) == expected
+
+
+def test_max_consecutive_is_validated() -> None:
+    for bad in (0, -1, 2.0, True):
+        with pytest.raises(ValueError, match=f"max_consecutive must be an integer >= 1, got {bad!r}"):
+            NonFiniteGuard(max_consecutive=bad)  # type: ignore[arg-type]
+
+
+class NaNGradientAt(Callback):
+    """Puts a NaN into one gradient at the given global steps (on ``rank`` only, under DDP), after DDP's averaging
+    and before the guard (the module's guard runs after the Trainer's own callbacks)."""
+
+    def __init__(self, steps: set[int], rank: int | None = None) -> None:
+        self.steps, self.rank = steps, rank
+        self.before: dict[str, Tensor] = {}
+
+    def on_before_optimizer_step(self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: Any) -> None:
+        if trainer.global_step in self.steps and self.rank in (None, trainer.global_rank):
+            next(p for p in pl_module.parameters() if p.grad is not None).grad[0] = float("nan")  # type: ignore[index]
+        self.before = {k: v.detach().clone() for k, v in pl_module.state_dict().items()}
+        self.state_before = {k: v.clone() for k, v in optimizer.state_dict()["state"].get(0, {}).items()}
+
+
+class AfterStep(Callback):
+    """Whether each step changed the parameters and the optimiser state."""
+
+    def __init__(self, spy: NaNGradientAt) -> None:
+        self.spy, self.changed = spy, {}
+
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: Any) -> None:
+        params = {k: v for k, v in pl_module.state_dict().items() if "running" not in k and "num_batches" not in k}
+        moved = any(not torch.equal(v, self.spy.before[k]) for k, v in params.items())
+        state = trainer.optimizers[0].state_dict()["state"].get(0, {})
+        moved_state = any(not torch.equal(v, self.spy.state_before.get(k, v)) for k, v in state.items())
+        self.changed[trainer.global_step - 1] = moved or moved_state
+
+
+def test_a_nonfinite_step_is_skipped_counted_and_training_goes_on() -> None:
+    spy = NaNGradientAt({2})
+    after = AfterStep(spy)
+    guard = NonFiniteGuard(max_consecutive=2)
+    model = ProtoNet(image_size=16)
+    with pytest.warns(
+        UserWarning, match=r"step 2: non-finite gradients \(backbone.blocks.0.conv.weight\); the step is"
+    ):
+        tiny_trainer(callbacks=[spy, after, guard], limit_val_batches=0).fit(model, tiny_datamodule())
+    assert after.changed == {0: True, 1: True, 2: False, 3: True, 4: True, 5: True}  # Adam: no moment moved either
+    assert (guard.skipped_steps, guard.consecutive) == (1, 0)
+    assert guard.state_dict() == {"skipped_steps": 1, "consecutive": 0}
+
+
+def test_the_guard_is_always_there_and_a_listed_one_is_kept() -> None:
+    trainer = tiny_trainer(max_steps=1, limit_val_batches=0)
+    trainer.fit(ProtoNet(image_size=16), tiny_datamodule())
+    assert [type(cb).__name__ for cb in trainer.callbacks if isinstance(cb, NonFiniteGuard)] == ["NonFiniteGuard"]
+    mine = NonFiniteGuard(max_consecutive=7)
+    trainer = tiny_trainer(max_steps=1, limit_val_batches=0, callbacks=[mine])
+    trainer.fit(ProtoNet(image_size=16), tiny_datamodule())
+    assert [cb for cb in trainer.callbacks if isinstance(cb, NonFiniteGuard)] == [mine]
+
+
+def _cli_fit(tmp_path: Path, lr: float) -> list[str]:
+    return [
+        "fit",
+        "--config=configs/quickstart.yaml",
+        f"--trainer.default_root_dir={tmp_path}",
+        f"--trainer.logger.init_args.save_dir={tmp_path}",
+        f"--trainer.callbacks.dirpath={tmp_path / 'checkpoints'}",
+        "--data.dataset=tiny",
+        "--data.image_size=16",
+        "--data.shots=2",
+        "--data.queries=3",
+        "--data.episodes_per_batch=4",
+        "--data.val_episodes=8",
+        "--data.test_episodes=8",
+        "--trainer.max_steps=12",
+        "--trainer.val_check_interval=12",
+        "--trainer.enable_progress_bar=false",
+        "--model.optimizer.class_path=torch.optim.SGD",
+        f"--model.optimizer.init_args.lr={lr}",
+        "--test_after_fit=true",
+    ]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("lr", "stop", "what"),
+    [
+        # the issue's cases: NaN parameters after one step; inf batch-norm statistics with finite parameters
+        (1e30, 5, r"non-finite gradients \(backbone\..*\) and buffers \(backbone\..*running_var"),
+        (1e6, 6, r"non-finite buffers \(backbone\.blocks\.\d\.norm\.running_var"),
+    ],
+)
+def test_a_diverging_run_stops_with_a_message_naming_the_option(
+    tmp_path: Path, lr: float, stop: int, what: str
+) -> None:
+    with pytest.warns(UserWarning, match="the step is skipped"), pytest.raises(NonFiniteError) as error:
+        main(_cli_fit(tmp_path, lr))
+    message = str(error.value)
+    assert message.startswith(f"training stopped at step {stop}: 5 steps in a row with ")
+    assert "NonFiniteGuard(max_consecutive)" in message
+    assert __import__("re").search(what, message), message
+    assert not list(tmp_path.rglob("test_results.json"))  # no number reported
+
+
+class NaNOutputs(ProtoNet):
+    def episode_losses(self, batch: Episode) -> EpisodeOutput:
+        out = super().episode_losses(batch)
+        if not self.training:
+            out.losses = out.losses.clone()
+            out.losses[-1] = float("nan")
+        return out
+
+
+@pytest.mark.parametrize("stage", ["validate", "test"])
+@pytest.mark.parametrize("broken", ["parameter", "buffer", "outputs"])
+def test_evaluating_a_nonfinite_model_is_an_error(tmp_path: Path, stage: str, broken: str) -> None:
+    model = NaNOutputs(image_size=16) if broken == "outputs" else ProtoNet(image_size=16)
+    with torch.no_grad():
+        if broken == "parameter":
+            model.backbone.blocks[2].conv.weight[0, 0, 0, 0] = float("nan")
+        elif broken == "buffer":
+            model.backbone.blocks[1].norm.running_var[3] = float("inf")
+    trainer = tiny_trainer(logger=CSVLogger(tmp_path))
+    expected = {
+        "parameter": r"non-finite parameters \(backbone.blocks.2.conv.weight\)",
+        "buffer": r"non-finite buffers \(backbone.blocks.1.norm.running_var\)",
+        "outputs": "non-finite losses or accuracies",
+    }[broken]
+    name = "validation" if stage == "validate" else "test"
+    with pytest.raises(NonFiniteError, match=rf"^{name}: refusing to evaluate a model with {expected}"):
+        getattr(trainer, stage)(model, tiny_datamodule())
+    assert not list(tmp_path.rglob("test_results.json"))
+    assert not any(key.startswith(("val/", "test/")) for key in trainer.callback_metrics)
+
+
+def _ddp_skip(rank_with_nan: int) -> None:
+    class Check(Callback):
+        def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+            flat = torch.cat([p.detach().flatten() for p in pl_module.parameters()])
+            gathered = trainer.strategy.all_gather(flat)
+            assert torch.equal(gathered[0], gathered[1]), "the ranks' parameters differ"
+            guard = next(cb for cb in trainer.callbacks if isinstance(cb, NonFiniteGuard))
+            assert guard.skipped_steps == 1, guard.skipped_steps
+
+    trainer = tiny_trainer(devices=2, callbacks=[NaNGradientAt({2}, rank=rank_with_nan), Check()], limit_val_batches=0)
+    trainer.fit(ProtoNet(image_size=16), tiny_datamodule())
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_under_ddp_every_rank_skips_the_step_that_one_rank_finds_nonfinite(rank: int) -> None:
+    _ddp_skip(rank)

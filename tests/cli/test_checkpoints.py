@@ -1,0 +1,183 @@
+"""`--ckpt_path last|best|FILE` through the CLI in process: a killed run resumes exactly with one command, nothing
+to resume from is a clear error, and a broken checkpoint file is one message naming it."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import yaml
+
+from lightning_episodes.cli import main
+
+CHECKPOINT = {
+    "class_path": "lightning_episodes.callbacks.ResumableCheckpoint",
+    "init_args": {
+        "monitor": "val/acc",
+        "mode": "max",
+        "filename": "best-{step}-{val/acc:.4f}",
+        "auto_insert_metric_name": False,
+        "last_every_n_steps": 2,
+    },
+}
+
+
+def _config(folder: Path, crash_at: int | None = None) -> Path:
+    """A config like quickstart + a sampling config: a CSV logger and a checkpoint callback without dirpath, so
+    checkpoints go to ``<folder>/logs/version_N/checkpoints``, a new folder for each run."""
+    callbacks: list[dict[str, Any]] = [CHECKPOINT]
+    if crash_at is not None:
+        crash = {"class_path": "tests.callbacks.test_checkpointing.CrashAt", "init_args": {"step": crash_at}}
+        callbacks = [crash, CHECKPOINT]
+    config = {
+        "seed_everything": 0,
+        "trainer": {
+            "default_root_dir": str(folder),
+            "logger": {
+                "class_path": "pytorch_lightning.loggers.CSVLogger",
+                "init_args": {"save_dir": str(folder), "name": "logs"},
+            },
+            "callbacks": callbacks,
+            "max_steps": 8,
+            "val_check_interval": 3,
+            "check_val_every_n_epoch": None,
+            "log_every_n_steps": 1,
+            "enable_progress_bar": False,
+            "enable_model_summary": False,
+        },
+        "model": {
+            "class_path": "lightning_episodes.algorithms.ProtoNet",
+            "init_args": {"backbone_options": {"hidden": 8}},
+        },
+        "data": {
+            "init_args": {
+                "dataset": "tiny",
+                "image_size": 16,
+                "shots": 2,
+                "queries": 3,
+                "episodes_per_batch": 4,
+                "val_episodes": 8,
+                "test_episodes": 8,
+            }
+        },
+    }
+    path = folder / f"config{'' if crash_at is None else '-crash'}.yaml"
+    folder.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def _weights(path: Path) -> dict[str, torch.Tensor]:
+    return torch.load(path, map_location="cpu", weights_only=True)["state_dict"]
+
+
+def _steps(metrics: Path) -> list[int]:
+    with metrics.open(newline="") as handle:
+        return sorted({int(row["step"]) for row in csv.DictReader(handle)})
+
+
+@pytest.mark.slow
+def test_fit_ckpt_path_last_resumes_a_killed_run_exactly(tmp_path: Path) -> None:
+    """Killed before step 6 (last.ckpt at step 4), resumed with `fit --ckpt_path last` to step 8: the weights equal
+    those of an uninterrupted 8-step run bit for bit, in the same run folder."""
+    main(["fit", "--config", str(_config(tmp_path / "straight"))])
+    straight = _weights(tmp_path / "straight/logs/version_0/checkpoints/last.ckpt")
+
+    run = tmp_path / "killed"
+    with pytest.raises(RuntimeError, match="CRASH"):
+        main(["fit", "--config", str(_config(run, crash_at=5))])
+    last = run / "logs/version_0/checkpoints/last.ckpt"
+    assert torch.load(last, weights_only=True)["global_step"] == 4
+    main(["fit", "--config", str(_config(run)), "--ckpt_path", "last"])
+
+    assert torch.load(last, weights_only=True)["global_step"] == 8
+    resumed = _weights(last)
+    assert resumed.keys() == straight.keys()
+    for name, tensor in straight.items():
+        assert torch.equal(resumed[name], tensor), name
+    # one run folder: the resumed run continued version_0, whose metrics keep the rows before the checkpoint
+    assert sorted(p.name for p in (run / "logs").iterdir()) == ["version_0"]
+    assert _steps(run / "logs/version_0/metrics.csv") == _steps(tmp_path / "straight/logs/version_0/metrics.csv")
+
+
+@pytest.mark.slow
+def test_test_ckpt_path_best_reads_the_newest_run_without_a_dirpath(tmp_path: Path) -> None:
+    main(["fit", "--config", str(_config(tmp_path)), "--trainer.max_steps", "6"])
+    cli = main(["test", "--config", str(_config(tmp_path)), "--ckpt_path", "best"])
+    assert "/logs/version_0/checkpoints/best-" in str(cli.trainer.ckpt_path)
+    assert cli.trainer.callback_metrics["test/episodes"] == 8
+
+
+@pytest.mark.parametrize("subcommand", ["fit", "test"])
+@pytest.mark.parametrize("value", ["last", "best"])
+def test_nothing_to_resume_from_is_a_clear_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], subcommand: str, value: str
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main([subcommand, "--config", str(_config(tmp_path)), "--ckpt_path", value])
+    assert exit_info.value.code == 2
+    message = capsys.readouterr().err.splitlines()[-1]
+    assert (
+        message
+        == f"error: --ckpt_path {value}: no last.ckpt in {tmp_path}/logs/<version>/checkpoints/last.ckpt: "
+        + ("has a fit with this configuration saved one?")
+    )
+
+
+def _broken(tmp_path: Path, kind: str) -> tuple[Path, str]:
+    """A broken checkpoint file of one kind and the words that must name what is wrong with it."""
+    path = tmp_path / f"{kind}.ckpt"
+    if kind == "truncated":
+        torch.save({"state_dict": {"w": torch.ones(1000)}}, path)
+        path.write_bytes(path.read_bytes()[:2000])
+        return path, "is truncated or corrupt"
+    if kind == "empty":
+        path.write_bytes(b"")
+        return path, "is empty (0 bytes)"
+    if kind == "directory":
+        path.mkdir()
+        return path, "is a directory, not a checkpoint file"
+    if kind == "text":
+        path.write_text("not a checkpoint\n")
+        return path, "is not a checkpoint: it is not a file written by torch.save"
+    if kind == "not-lightning":
+        torch.save({"weights": torch.ones(3)}, path)
+        return path, "is not a Lightning checkpoint (it has no 'state_dict')"
+    if kind == "missing":
+        return path, "does not exist"
+    raise AssertionError(kind)
+
+
+KINDS = ["truncated", "empty", "directory", "text", "not-lightning", "missing"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_broken_checkpoint_file_is_one_message_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str
+) -> None:
+    path, problem = _broken(tmp_path, kind)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["test", "--config", str(_config(tmp_path / "run")), "--ckpt_path", str(path)])
+    assert exit_info.value.code == 2
+    message = capsys.readouterr().err.splitlines()[-1]
+    assert message.startswith(f"error: --ckpt_path {path}: ")
+    assert str(path) in message.removeprefix(f"error: --ckpt_path {path}: ")
+    assert problem in message
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_difficulty_names_a_broken_checkpoint_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str
+) -> None:
+    from lightning_episodes.analysis.scoring import main as difficulty
+
+    path, problem = _broken(tmp_path, kind)
+    with pytest.raises(SystemExit) as exit_info:
+        difficulty(["--ckpt_path", str(path), "--output", str(tmp_path / "x.csv")])
+    assert exit_info.value.code == 2
+    message = capsys.readouterr().err.splitlines()[-1]
+    assert str(path) in message
+    assert problem in message
