@@ -12,13 +12,18 @@ What a run folder must hold (the CLI writes both into the logger's folder):
 - ``test_results.json`` (``EpisodicModule``): ``algorithm``, ``accuracy``, ``ci95``, ``episodes``, ``hparams``
   (``backbone``; ``distance`` for ProtoNet) and ``data`` (``dataset``, ``ways``/``shots`` or
   ``eval_ways``/``eval_shots``, ``seed``, ``test_split``);
-- ``config.yaml`` beside it (LightningCLI's ``SaveConfigCallback``): the sampling scheme is the ``target`` and
-  ``proposal`` of the ``DifficultyWeightingCallback`` in ``trainer.callbacks`` (no such callback: plain
-  sampling, "baseline"), and the run's seed is ``seed_everything``. A ``sampling`` field (``{"target", "proposal"}``)
-  or ``seed`` field in the record takes precedence; without either source the scheme is "unknown".
+- ``config.yaml`` beside it (LightningCLI's ``SaveConfigCallback``): the sampling scheme is the options of the
+  ``DifficultyWeightingCallback`` in ``trainer.callbacks`` (no such callback: plain sampling, "baseline"), and the
+  run's seed is ``seed_everything``. A ``sampling`` field (the callback's options) or ``seed`` field in the record
+  takes precedence; without either source the scheme is "unknown".
 
-The baseline target weights every episode 1 whatever the proposal, so ``baseline_online`` and ``baseline_offline``
-runs form one "baseline" row. Runs of one cell with different seeds (``seed_everything``, data seed) are combined:
+A row is an algorithm and a scheme: the ``target``, the ``estimate`` (``online``/``offline``) and every other option
+of the callback that differs from the callback's default, e.g. ``uniform (online, out_of_support=clamp)`` beside
+``uniform (online)``, so arms that differ only in an option are never merged. Left out (:data:`IGNORED_OPTIONS`):
+where the offline reference lies and the callback's ``seed`` (each seed of an arm may have its own), its name and
+its logging. Records and configs of earlier versions, whose ``proposal`` was ``online``/``offline``, read it as the
+``estimate``. The baseline target weights every episode 1 whatever the other options, so every baseline run forms
+one "baseline" row. Runs of one cell with different seeds (``seed_everything``, data seed) are combined:
 the mean over seeds, shown with the standard deviation over seeds; the interval combines the test-episode
 interval, which is shared because every seed is tested on the same fixed episodes, with the seed-to-seed standard
 error: ``half-width = sqrt(mean_i(ci_i^2) + (1.96 sd / sqrt(k))^2)`` (one run: its own ``ci95``). Two records of one
@@ -29,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import inspect
 import io
 import json
 import math
@@ -42,6 +48,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
+
+from lightning_episodes.callbacks.difficulty_weighting import DifficultyWeightingCallback
 
 RESULTS_FILE = "test_results.json"
 CONFIG_FILE = "config.yaml"
@@ -59,7 +67,19 @@ _DATASETS = {
 _BACKBONES = {"conv4": "Conv-4", "resnet12": "ResNet-12", "resnet12-wide": "ResNet-12 (wide)"}
 _ALGORITHMS = ("ProtoNet (Euclidean)", "ProtoNet (cosine)", "MAML", "ANIL", "FEAT")
 _TARGETS = ("baseline", "easy", "hard", "curriculum", "uniform")
-_PROPOSALS = ("offline", "online")
+_ESTIMATES = ("offline", "online")
+#: Options of the weighting callback that do not tell arms apart, so runs that differ in them share a row: the
+#: offline reference's path and the callback's seed (each seed of an arm may have its own), its name, its logging;
+#: the target and the estimate are a row's own fields.
+IGNORED_OPTIONS = frozenset(
+    {"reference_checkpoint", "seed", "name", "histogram_every_n_steps", "log_grad_norm", "target", "estimate"}
+)
+#: The callback's defaults: options equal to them are not named in a row.
+DEFAULT_OPTIONS = {
+    name: parameter.default
+    for name, parameter in inspect.signature(DifficultyWeightingCallback.__init__).parameters.items()
+    if parameter.default is not inspect.Parameter.empty
+}
 _EPS = 1e-12  # intervals that touch overlap, whatever the rounding
 
 #: The legend printed under the Markdown table.
@@ -70,31 +90,45 @@ LEGEND = (
     "the seed-to-seed standard error to the test-episode interval."
 )
 #: Header of the CSV table (accuracies in %; ``bold`` and ``matches_baseline`` are 0/1).
-CSV_COLUMNS = ("algorithm", "target", "proposal", "dataset", "backbone", "ways", "shots", "split", "accuracy_pct",
-               "ci95_pct", "seeds", "seed_sd_pct", "episodes", "bold", "matches_baseline")  # fmt: skip
+CSV_COLUMNS = ("algorithm", "target", "estimate", "options", "dataset", "backbone", "ways", "shots", "split",
+               "accuracy_pct", "ci95_pct", "seeds", "seed_sd_pct", "episodes", "bold", "matches_baseline")  # fmt: skip
 
 
 def _rank(value: str, order: Sequence[str]) -> tuple[int, str]:
     return (order.index(value) if value in order else len(order), value)
 
 
+Options = tuple[tuple[str, str], ...]
+
+
 @dataclass(frozen=True)
 class Row:
-    """A table row: an algorithm (with its variant, e.g. ProtoNet's distance) and a sampling scheme."""
+    """A table row: an algorithm (with its variant, e.g. ProtoNet's distance) and a sampling scheme.
+
+    Args:
+        algorithm: e.g. ``"ProtoNet (Euclidean)"``.
+        target: the weighting target, ``"baseline"`` (plain sampling) or ``"unknown"``.
+        estimate: ``"online"``/``"offline"`` (``None`` for the baseline and unknown schemes).
+        options: ``(name, value as text)`` of every other option that differs from the callback's default, sorted.
+    """
 
     algorithm: str
     target: str
-    proposal: str | None = None
+    estimate: str | None = None
+    options: Options = ()
 
     @property
     def scheme(self) -> str:
-        """``baseline``, ``unknown``, or ``<target> (<proposal>)``."""
-        return self.target if self.proposal is None else f"{self.target} ({self.proposal})"
+        """``baseline``, ``unknown``, or ``<target> (<estimate>[, <option>=<value>...])``."""
+        if self.estimate is None:
+            return self.target
+        return f"{self.target} ({', '.join([self.estimate, *(f'{k}={v}' for k, v in self.options)])})"
 
     def key(self) -> tuple[Any, ...]:
-        # the baseline first, then each proposal's targets in the paper's order; unknown schemes last
-        scheme = (self.target == "unknown", self.target != "baseline", _rank(self.proposal or "", _PROPOSALS))
-        return (_rank(self.algorithm, _ALGORITHMS), *scheme, _rank(self.target, _TARGETS))
+        # the baseline first, then each estimate's targets in the paper's order, plain options before others;
+        # unknown schemes last
+        scheme = (self.target == "unknown", self.target != "baseline", _rank(self.estimate or "", _ESTIMATES))
+        return (_rank(self.algorithm, _ALGORITHMS), *scheme, _rank(self.target, _TARGETS), self.options)
 
 
 @dataclass(frozen=True)
@@ -159,11 +193,12 @@ def combine(runs: Sequence[RunResult]) -> Cell:
     return Cell(statistics.fmean(accuracies), half_width, len(runs), sd, min(run.episodes for run in runs))
 
 
-def sampling_scheme(config: dict[str, Any]) -> tuple[str, str | None]:
-    """``(target, proposal)`` of the weighting callback in a saved LightningCLI config; plain sampling without one.
+Scheme = tuple[str, str | None, Options]
 
-    The proposal is ``None`` for the baseline, whose weights are 1 whatever the proposal.
-    """
+
+def sampling_scheme(config: dict[str, Any]) -> Scheme:
+    """``(target, estimate, options)`` of the weighting callback in a saved LightningCLI config (see
+    :func:`scheme_of`); ``("baseline", None, ())`` without one."""
     callbacks = (config.get("trainer") or {}).get("callbacks") or []
     for callback in [callbacks] if isinstance(callbacks, dict) else callbacks:
         if not isinstance(callback, dict):
@@ -171,19 +206,40 @@ def sampling_scheme(config: dict[str, Any]) -> tuple[str, str | None]:
         init_args = callback.get("init_args") or {}
         named = "DifficultyWeighting" in str(callback.get("class_path", ""))
         if named or ("target" in init_args and {"estimate", "proposal"} & set(init_args)):
-            return _scheme(init_args.get("target", "uniform"), _estimate(init_args))
-    return "baseline", None
+            return scheme_of({"target": "uniform", **init_args})
+    return "baseline", None, ()
 
 
-def _estimate(options: dict[str, Any]) -> Any:
-    """``online``/``offline``: the ``estimate`` option, or ``proposal`` in configs and records of earlier versions."""
-    return options.get("estimate", options.get("proposal", "online"))
+def _text(value: Any) -> str:
+    """An option's value as a row label shows it (YAML's spelling of booleans and null)."""
+    if isinstance(value, bool) or value is None:
+        return json.dumps(value)
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
-def _scheme(target: Any, proposal: Any) -> tuple[str, str | None]:
-    if isinstance(target, dict):  # a Target object given by class_path
-        target = str(target.get("class_path", "custom")).rsplit(".", 1)[-1]
-    return (str(target), None) if target == "baseline" else (str(target), str(proposal))
+def scheme_of(options: dict[str, Any]) -> Scheme:
+    """``(target, estimate, options)`` of a weighting callback's options (a record's ``sampling``, a config's
+    ``init_args``): the options that differ from the callback's defaults, minus :data:`IGNORED_OPTIONS`.
+
+    ``proposal: online|offline`` (earlier versions) is the ``estimate``. The baseline is ``("baseline", None, ())``:
+    its weights are 1 whatever the other options.
+    """
+    target = options.get("target", "baseline")
+    if isinstance(target, dict):  # a Target object given by class_path, named with its arguments
+        arguments = ", ".join(f"{k}={_text(v)}" for k, v in sorted((target.get("init_args") or {}).items()))
+        target = str(target.get("class_path", "custom")).rsplit(".", 1)[-1] + (f"({arguments})" if arguments else "")
+    if target == "baseline":
+        return "baseline", None, ()
+    options = dict(options)
+    if options.get("proposal") in _ESTIMATES:  # the estimate, by its earlier name
+        options.setdefault("estimate", options.pop("proposal"))
+    differing = []
+    for name, value in options.items():
+        # compared as text: a YAML `3` is the default `3.0`, but `true` is not `1`; an unknown option always counts
+        same = name in DEFAULT_OPTIONS and _text(value) == _text(DEFAULT_OPTIONS[name])
+        if name not in IGNORED_OPTIONS and not same:
+            differing.append((name, _text(value)))
+    return str(target), str(options.get("estimate", "online")), tuple(sorted(differing))
 
 
 def _algorithm(record: dict[str, Any]) -> str:
@@ -206,12 +262,13 @@ def read_result(path: str | Path) -> RunResult:
     config_path = path.with_name(CONFIG_FILE)
     config = (yaml.safe_load(config_path.read_text()) or {}) if config_path.is_file() else None
     sampling = record.get("sampling")
+    scheme: Scheme
     if isinstance(sampling, dict):
-        target, proposal = _scheme(sampling.get("target", "baseline"), _estimate(sampling))
+        scheme = scheme_of(sampling)
     elif config is not None:
-        target, proposal = sampling_scheme(config)
+        scheme = sampling_scheme(config)
     else:
-        target, proposal = "unknown", None
+        scheme = ("unknown", None, ())
         warnings.warn(f"{path}: no {CONFIG_FILE} beside it, so its sampling scheme is unknown", stacklevel=2)
     data = record.get("data", {})
     seed = record.get("seed", (config or {}).get("seed_everything"))
@@ -224,7 +281,7 @@ def read_result(path: str | Path) -> RunResult:
     )
     return RunResult(
         path=path,
-        row=Row(_algorithm(record), target, proposal),
+        row=Row(_algorithm(record), *scheme),
         column=column,
         accuracy=float(record["accuracy"]),
         ci95=float(record["ci95"]),
@@ -286,8 +343,9 @@ class ResultsTable:
                 if cell is None:
                     continue
                 sd = "" if cell.seed_sd is None else f"{100 * cell.seed_sd:.4f}"
-                writer.writerow([row.algorithm, row.target, row.proposal or "", column.dataset, column.backbone,
-                                 column.ways, column.shots, column.split, f"{100 * cell.mean:.4f}",
+                options = ", ".join(f"{k}={v}" for k, v in row.options)
+                writer.writerow([row.algorithm, row.target, row.estimate or "", options, column.dataset,
+                                 column.backbone, column.ways, column.shots, column.split, f"{100 * cell.mean:.4f}",
                                  f"{100 * cell.ci95:.4f}", cell.seeds, sd, cell.episodes, int(cell.bold),
                                  int(cell.matches_baseline)])  # fmt: skip
         return out.getvalue()

@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from lightning_episodes.analysis.report import (
+    IGNORED_OPTIONS,
     Column,
     Row,
     build_table,
@@ -24,6 +25,7 @@ from lightning_episodes.analysis.report import (
     read_result,
     sampling_scheme,
 )
+from lightning_episodes.callbacks import DifficultyWeightingCallback
 
 MINI_1S = Column("mini-imagenet", "conv4", 5, 1)
 MINI_5S = Column("mini-imagenet", "conv4", 5, 5)
@@ -36,6 +38,15 @@ def weighting(target: Any, proposal: str = "online") -> dict[str, Any]:
         "class_path": "lightning_episodes.callbacks.DifficultyWeightingCallback",
         "init_args": {"target": target, "proposal": proposal, "warmup_steps": 100},
     }
+
+
+#: Every option of a default weighting callback, as a results record stores them (``options`` is the record's source).
+DEFAULTS = DifficultyWeightingCallback().options
+
+
+def sampling(**changed: Any) -> dict[str, Any]:
+    """A record's ``sampling`` field: a callback's options, ``changed`` from the defaults."""
+    return {**DEFAULTS, **changed}
 
 
 CHECKPOINT = {"class_path": "pytorch_lightning.callbacks.ModelCheckpoint", "init_args": {"monitor": "val/acc"}}
@@ -186,20 +197,29 @@ def test_one_seed_tested_twice_counts_once(tmp_path: Path) -> None:
 
 
 def test_sampling_scheme_from_the_saved_config() -> None:
-    assert sampling_scheme({}) == ("baseline", None)
-    assert sampling_scheme({"trainer": {"callbacks": [CHECKPOINT]}}) == ("baseline", None)
+    assert sampling_scheme({}) == ("baseline", None, ())
+    assert sampling_scheme({"trainer": {"callbacks": [CHECKPOINT]}}) == ("baseline", None, ())
     assert sampling_scheme({"trainer": {"callbacks": [CHECKPOINT, weighting("hard", "offline")]}}) == (
         "hard",
         "offline",
+        (),
     )
-    assert sampling_scheme({"trainer": {"callbacks": weighting("baseline", "offline")}}) == ("baseline", None)
+    assert sampling_scheme({"trainer": {"callbacks": weighting("baseline", "offline")}}) == ("baseline", None, ())
     custom = weighting({"class_path": "my_project.targets.Triangular", "init_args": {}})
-    assert sampling_scheme({"trainer": {"callbacks": [custom]}}) == ("Triangular", "online")
+    assert sampling_scheme({"trainer": {"callbacks": [custom]}}) == ("Triangular", "online", ())
+    custom = weighting({"class_path": "my_project.targets.Triangular", "init_args": {"peak": 0.25}})
+    assert sampling_scheme({"trainer": {"callbacks": [custom]}}) == ("Triangular(peak=0.25)", "online", ())
     # a subclass of the callback is recognised by its arguments; missing ones take the callback's defaults
     subclass = {"class_path": "my_project.MyWeighting", "init_args": {"target": "easy", "proposal": "online"}}
-    assert sampling_scheme({"trainer": {"callbacks": [subclass]}}) == ("easy", "online")
+    assert sampling_scheme({"trainer": {"callbacks": [subclass]}}) == ("easy", "online", ())
     bare = {"class_path": "lightning_episodes.callbacks.DifficultyWeightingCallback"}
-    assert sampling_scheme({"trainer": {"callbacks": [bare]}}) == ("uniform", "online")
+    assert sampling_scheme({"trainer": {"callbacks": [bare]}}) == ("uniform", "online", ())
+    # every option the config names that is not the default is part of the scheme
+    clamp = {
+        "class_path": bare["class_path"],
+        "init_args": {**DEFAULTS, "target": "uniform", "out_of_support": "clamp"},
+    }
+    assert sampling_scheme({"trainer": {"callbacks": [clamp]}}) == ("uniform", "online", (("out_of_support", "clamp"),))
 
 
 def test_record_fields_take_precedence(tmp_path: Path) -> None:
@@ -227,12 +247,12 @@ def test_csv(runs: Path) -> None:
     first = lines[0]
     assert first["algorithm"] == EUCLIDEAN
     assert first["target"] == "baseline"
-    assert first["proposal"] == ""
+    assert (first["estimate"], first["options"]) == ("", "")
     assert (first["dataset"], first["backbone"], first["ways"], first["shots"]) == ("mini-imagenet", "conv4", "5", "1")
     assert float(first["accuracy_pct"]) == pytest.approx(50.0)
     assert float(first["ci95_pct"]) == pytest.approx(0.8)
     assert (first["seeds"], first["seed_sd_pct"], first["episodes"]) == ("1", "", "1000")
-    uniform = next(line for line in lines if line["target"] == "uniform" and line["proposal"] == "offline")
+    uniform = next(line for line in lines if line["target"] == "uniform" and line["estimate"] == "offline")
     assert (uniform["bold"], uniform["matches_baseline"]) == ("1", "1")
 
 
@@ -261,3 +281,73 @@ def test_runs_as_a_module(runs: Path, monkeypatch: pytest.MonkeyPatch, capsys: p
         runpy.run_module("lightning_episodes.analysis.report", run_name="__main__")
     assert exit_info.value.code == 0
     assert "| MAML | baseline | **47.00 ± 1.00** |" in capsys.readouterr().out
+
+
+# -- arms that differ only in the callback's options --------------------------------------------------------------
+def test_records_that_differ_only_in_an_option_are_different_rows(tmp_path: Path) -> None:
+    """The issue's case: ``uniform`` with ``out_of_support: clamp`` beside ``zero`` (and the placebo) stay apart."""
+    clamp = DifficultyWeightingCallback(target="uniform", out_of_support="clamp").options
+    for seed in (0, 1):
+        write_run(
+            tmp_path / f"zero/seed{seed}", 0.50 + seed / 100, 0.01, seed=seed, sampling=sampling(target="uniform")
+        )
+        write_run(tmp_path / f"clamp/seed{seed}", 0.40 + seed / 100, 0.01, seed=seed, sampling=clamp)
+        write_run(
+            tmp_path / f"placebo/seed{seed}",
+            0.45,
+            0.01,
+            seed=seed,
+            sampling=sampling(target="uniform", shuffle_weights=True),
+        )
+        write_run(tmp_path / f"baseline/seed{seed}", 0.47, 0.01, seed=seed, sampling=sampling(target="baseline"))
+    table = build_table(load(tmp_path))
+    cells = {row.scheme: cell for (row, _), cell in table.cells.items()}
+    assert [row.scheme for row in table.rows] == [
+        "baseline",
+        "uniform (online)",
+        "uniform (online, out_of_support=clamp)",
+        "uniform (online, shuffle_weights=true)",
+    ]
+    # identical options across seeds merge: two seeds per row, each row its own mean
+    assert {scheme: cell.seeds for scheme, cell in cells.items()} == dict.fromkeys(cells, 2)
+    assert cells["uniform (online)"].mean == pytest.approx(0.505)
+    assert cells["uniform (online, out_of_support=clamp)"].mean == pytest.approx(0.405)
+    assert "|  | uniform (online, out_of_support=clamp) | 40.50 ± " in table.to_markdown()
+    line = next(r for r in csv.DictReader(io.StringIO(table.to_csv())) if r["options"])
+    assert (line["target"], line["estimate"], line["options"]) == ("uniform", "online", "out_of_support=clamp")
+
+
+def test_several_options_are_named_in_a_stable_order(tmp_path: Path) -> None:
+    record = sampling(
+        target="uniform", estimate="offline", support_sigmas=2.0, decay=0.5, reference_checkpoint="a.ckpt"
+    )
+    row = read_result(write_run(tmp_path / "a", 0.5, 0.01, sampling=record)).row
+    assert row == Row(EUCLIDEAN, "uniform", "offline", (("decay", "0.5"), ("support_sigmas", "2")))
+    assert row.scheme == "uniform (offline, decay=0.5, support_sigmas=2)"
+
+
+def test_options_that_do_not_change_training_do_not_split_rows(tmp_path: Path) -> None:
+    """Each seed's offline reference lies in its own folder; logging options change nothing that is trained."""
+    assert {"reference_checkpoint", "histogram_every_n_steps", "name"} <= IGNORED_OPTIONS
+    for seed in (0, 1):
+        record = sampling(
+            target="uniform", estimate="offline", reference_checkpoint=f"seed{seed}/best.ckpt",
+            histogram_every_n_steps=10 * seed,
+        )  # fmt: skip
+        write_run(tmp_path / f"seed{seed}", 0.5, 0.01, seed=seed, sampling=record)
+    ((row, _), cell), *others = build_table(load(tmp_path)).cells.items()
+    assert not others
+    assert (row.scheme, cell.seeds) == ("uniform (offline)", 2)
+
+
+def test_old_records_with_proposal_online_or_offline_still_work(tmp_path: Path) -> None:
+    """Records and configs of earlier versions: ``proposal`` was the estimate; they merge with new default records."""
+    write_run(tmp_path / "old/seed0", 0.50, 0.01, seed=0, sampling={"target": "uniform", "proposal": "online"})
+    write_run(tmp_path / "new/seed1", 0.52, 0.01, seed=1, sampling=sampling(target="uniform"))
+    write_run(tmp_path / "old_offline", 0.48, 0.01, sampling={"target": "uniform", "proposal": "offline"})
+    write_run(tmp_path / "old_config", 0.46, 0.01, [weighting("hard", "offline")])
+    write_run(tmp_path / "old_baseline", 0.47, 0.01, sampling={"target": "baseline", "proposal": "offline"})
+    cells = {row.scheme: cell for (row, _), cell in build_table(load(tmp_path)).cells.items()}
+    assert set(cells) == {"baseline", "uniform (online)", "uniform (offline)", "hard (offline)"}
+    assert cells["uniform (online)"].seeds == 2
+    assert cells["uniform (online)"].mean == pytest.approx(0.51)
