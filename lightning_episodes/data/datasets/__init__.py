@@ -6,6 +6,7 @@ from lightning_episodes.data.datasets import (  # noqa: E402, F401
     dtd,
     fgvc_aircraft,
     glyphs,
+    glyphs_hard,
     mini_imagenet,
     tiered_imagenet,
     vgg_flowers,

@@ -166,16 +166,16 @@ def select_characters(characters: Sequence[str] | None = None, processes: int = 
     return [d[0] for d in kept], [d[1] for d in kept]
 
 
-def default_cache_dir() -> Path:
-    """``$LIGHTNING_EPISODES_CACHE/glyphs``, else ``$XDG_CACHE_HOME/lightning-episodes/glyphs``, where
+def default_cache_dir(name: str = "glyphs") -> Path:
+    """``$LIGHTNING_EPISODES_CACHE/<name>``, else ``$XDG_CACHE_HOME/lightning-episodes/<name>``, where
     ``XDG_CACHE_HOME`` defaults to ``~/.cache``."""
     if os.environ.get("LIGHTNING_EPISODES_CACHE"):
-        return Path(os.environ["LIGHTNING_EPISODES_CACHE"]).expanduser() / "glyphs"
+        return Path(os.environ["LIGHTNING_EPISODES_CACHE"]).expanduser() / name
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache").expanduser()
-    return base / "lightning-episodes" / "glyphs"
+    return base / "lightning-episodes" / name
 
 
-def _fingerprint() -> str:
+def fingerprint() -> str:
     """What the pixels depend on besides the parameters: the font files and the rasteriser versions."""
     fonts = [(f.name, os.path.getsize(f.path)) for f in glyphs_render.load_fonts()]
     text = repr((fonts, PIL.__version__, features.version("freetype2"), MIN_FONTS, DUPLICATE_DISTANCE))
@@ -184,11 +184,11 @@ def _fingerprint() -> str:
 
 def cache_file(root: Path, image_size: int, images_per_class: int, seed: int) -> Path:
     """The cache file of one parameter set. Images are stored grey; ``channels`` only repeats them."""
-    version = f"v{FORMAT_VERSION}-{_fingerprint()}"
+    version = f"v{FORMAT_VERSION}-{fingerprint()}"
     return root / f"glyphs-{image_size}px-{images_per_class}per-class-seed{seed}-{version}.pt"
 
 
-def _checksum(images: torch.Tensor, characters: list[str]) -> int:
+def checksum(images: torch.Tensor, characters: list[str]) -> int:
     """CRC-32 of the pixels and the class list: ``torch.load`` does not notice flipped bytes."""
     return zlib.crc32("".join(characters).encode(), zlib.crc32(images.contiguous().numpy().data))
 
@@ -201,7 +201,7 @@ def build_payload(
     images = torch.from_numpy(
         glyphs_render.render_characters(chars, fonts_of, images_per_class, image_size, seed, processes)
     )
-    return {"format": FORMAT_VERSION, "characters": chars, "images": images, "checksum": _checksum(images, chars)}
+    return {"format": FORMAT_VERSION, "characters": chars, "images": images, "checksum": checksum(images, chars)}
 
 
 def write_cache(path: Path, payload: dict[str, Any]) -> None:
@@ -212,24 +212,40 @@ def write_cache(path: Path, payload: dict[str, Any]) -> None:
 
 def read_cache(path: Path, image_size: int, images_per_class: int) -> dict[str, Any] | None:
     """The cached payload, or ``None`` (with a warning) if the file is missing, unreadable or corrupt."""
+    return read_payload(path, FORMAT_VERSION, (images_per_class, image_size, image_size), "glyphs")
+
+
+def read_payload(path: Path, version: int, shape: tuple[int, ...], name: str) -> dict[str, Any] | None:
+    """A cached ``{"format", "characters", "images", "checksum"}`` payload whose images are uint8
+    ``[len(characters), *shape]``, or ``None`` (with a warning naming the ``name`` dataset) if the file is
+    missing, unreadable or corrupt."""
     if not path.is_file():
         return None
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
         images, chars = payload["images"], payload["characters"]
         problem = (
-            "another format" if payload["format"] != FORMAT_VERSION
+            "another format" if payload["format"] != version
             else "not a uint8 tensor" if not isinstance(images, torch.Tensor) or images.dtype != torch.uint8
-            else "another shape" if tuple(images.shape) != (len(chars), images_per_class, image_size, image_size)
-            else "checksum mismatch" if payload["checksum"] != _checksum(images, chars)
+            else "another shape" if tuple(images.shape) != (len(chars), *shape)
+            else "checksum mismatch" if payload["checksum"] != checksum(images, chars)
             else None
         )  # fmt: skip
     except Exception as error:  # a truncated zip or a foreign file: regenerate rather than fail
         problem = f"{type(error).__name__}: {error}"
     if problem is None:
         return payload
-    warnings.warn(f"{path} is not a valid glyphs cache ({problem}); rendering it again", stacklevel=2)
+    warnings.warn(f"{path} is not a valid {name} cache ({problem}); rendering it again", stacklevel=3)
     return None
+
+
+def split_by_alphabet(chars: Sequence[str]) -> tuple[list[str], dict[str, list[int]]]:
+    """Each character's alphabet, and the class ids of each split (by :data:`SPLIT_OF_ALPHABET`)."""
+    groups = [alphabet_of(ch) for ch in chars]
+    splits: dict[str, list[int]] = {"train": [], "validation": [], "test": []}
+    for k, group in enumerate(groups):
+        splits[SPLIT_OF_ALPHABET.get(group, "train")].append(k)
+    return groups, splits
 
 
 def to_dataset(payload: dict[str, Any], channels: int) -> ImageDataset:
@@ -237,10 +253,7 @@ def to_dataset(payload: dict[str, Any], channels: int) -> ImageDataset:
     chars: list[str] = payload["characters"]
     grey: torch.Tensor = payload["images"]
     classes, per_class, size = grey.shape[0], grey.shape[1], grey.shape[-1]
-    groups = [alphabet_of(ch) for ch in chars]
-    splits: dict[str, list[int]] = {"train": [], "validation": [], "test": []}
-    for k, group in enumerate(groups):
-        splits[SPLIT_OF_ALPHABET.get(group, "train")].append(k)
+    groups, splits = split_by_alphabet(chars)
     train = grey[splits["train"]] if splits["train"] else grey
     # Exact statistics from the histogram of the 256 grey levels, without a float copy of the images.
     counts = torch.bincount(train.flatten(), minlength=256).to(torch.float64)
@@ -250,6 +263,11 @@ def to_dataset(payload: dict[str, Any], channels: int) -> ImageDataset:
     images = grey.reshape(classes * per_class, 1, size, size).expand(-1, channels, -1, -1).contiguous()
     labels = torch.arange(classes, dtype=torch.int64).repeat_interleave(per_class)
     return ImageDataset(images, labels, list(chars), splits, (mean,) * channels, (std,) * channels, groups)
+
+
+def render_processes() -> int:
+    """Worker processes for rendering: the CPUs this process may use, at most 8."""
+    return min(8, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
 
 
 @register_dataset("glyphs")
@@ -290,8 +308,7 @@ def load_glyphs(
     payload = read_cache(path, image_size, images_per_class)
     if payload is None:
         log.info("rendering the glyphs dataset into %s", path)
-        processes = min(8, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
-        payload = build_payload(image_size, images_per_class, seed, processes=processes)
+        payload = build_payload(image_size, images_per_class, seed, processes=render_processes())
         try:
             write_cache(path, payload)
         except OSError as error:  # a read-only cache directory costs time, not correctness

@@ -1,0 +1,301 @@
+"""The embedded ``glyphs-hard`` dataset: glyphs' classes and splits, determinism, the cache and a fit.
+
+Most tests render a few dozen characters; the tests of the full dataset (rendered into the default cache
+on first use, about a minute on two cores) are marked slow.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from lightning_episodes import EpisodicDataModule, ProtoNet
+from lightning_episodes.data.datasets import ImageDataset, available_datasets, glyphs, glyphs_hard, load_dataset
+from lightning_episodes.data.datasets.glyphs_hard import (
+    DIFFICULTY,
+    build_payload,
+    cache_file,
+    default_cache_dir,
+    load_glyphs_hard,
+    read_cache,
+    to_dataset,
+)
+from lightning_episodes.data.datasets.glyphs_hard_render import Difficulty
+from tests.helpers import tiny_trainer
+
+# Characters of every split: Latin and symbols (train); Braille, box drawing, block elements, dingbats and
+# Lao (validation); Greek, Cyrillic, Georgian and Armenian (test).
+SAMPLE = "ABgQ0,→∑☺⠿─▌▐✓ພΩΣλЖжФԱաლ"
+
+
+@pytest.fixture(scope="module")
+def sample() -> dict:
+    return build_payload(image_size=32, images_per_class=4, seed=0, characters=SAMPLE)
+
+
+def _fake_build(image_size: int, images_per_class: int, seed: int, **_: object) -> dict:
+    return build_payload(image_size, images_per_class, seed, characters=SAMPLE[:6])
+
+
+def _nearest_prototype_accuracy(images: np.ndarray, episodes: int = 400, ways: int = 5) -> float:
+    """5-way 1-shot accuracy of the nearest neighbour in raw pixels (``images``: ``[classes, n, ...]``)."""
+    rng = np.random.default_rng(0)
+    flat = images.reshape(images.shape[0], images.shape[1], -1).astype(np.float64)
+    correct = total = 0
+    for _ in range(episodes):
+        classes = rng.choice(len(flat), ways, replace=False)
+        picks = np.stack([rng.choice(flat.shape[1], 2, replace=False) for _ in classes])
+        support = flat[classes, picks[:, 0]]
+        query = flat[classes, picks[:, 1]]
+        distances = ((query[:, None] - support[None]) ** 2).sum(-1)
+        correct += int((distances.argmin(1) == np.arange(ways)).sum())
+        total += ways
+    return correct / total
+
+
+# --- classes, splits, shapes ---------------------------------------------------------------------------------
+
+
+def test_registered():
+    assert "glyphs-hard" in available_datasets()
+
+
+def test_classes_and_splits_are_glyphs(sample):
+    grey = glyphs.build_payload(image_size=28, images_per_class=1, seed=0, characters=SAMPLE)
+    assert sample["characters"] == grey["characters"]
+    hard, plain = to_dataset(sample, channels=3), glyphs.to_dataset(grey, channels=1)
+    assert hard.splits == plain.splits
+    assert hard.groups == plain.groups
+    assert all(hard.splits[s] for s in ("train", "validation", "test"))
+    chars = {split: {hard.class_names[k] for k in classes} for split, classes in hard.splits.items()}
+    assert {"A", "→"} <= chars["train"]
+    assert {"─", "ພ"} <= chars["validation"]
+    assert {"Ω", "Ж", "Ա", "ლ"} <= chars["test"]
+
+
+def test_shapes_dtype_and_labels(sample):
+    dataset = to_dataset(sample, channels=3)
+    assert dataset.image_shape == (3, 32, 32)
+    assert dataset.images.dtype == torch.uint8
+    assert torch.equal(torch.bincount(dataset.labels), torch.full((dataset.num_classes,), 4))
+    # colour: the three channels of an image differ
+    assert (dataset.images[:, 0] != dataset.images[:, 1]).flatten(1).any(dim=1).float().mean() > 0.9
+
+
+def test_one_channel_is_pillows_luminance(sample):
+    rgb, grey = to_dataset(sample, channels=3), to_dataset(sample, channels=1)
+    assert grey.image_shape == (1, 32, 32)
+    for row in range(0, len(rgb.images), 7):
+        pil = Image.fromarray(rgb.images[row].permute(1, 2, 0).numpy()).convert("L")
+        assert np.array_equal(grey.images[row, 0].numpy(), np.asarray(pil))
+
+
+def test_statistics_are_each_channels_over_the_training_split(sample):
+    for channels in (1, 3):
+        dataset = to_dataset(sample, channels)
+        train = dataset.images[torch.isin(dataset.labels, torch.tensor(dataset.splits["train"]))]
+        pixels = train.numpy().astype(np.float64) / 255.0
+        assert dataset.mean == pytest.approx(pixels.mean(axis=(0, 2, 3)).tolist(), abs=1e-9)
+        assert dataset.std == pytest.approx(pixels.std(axis=(0, 2, 3)).tolist(), abs=1e-9)
+
+
+def test_harder_than_glyphs_in_pixel_space():
+    """Raw-pixel nearest neighbour tells glyphs' classes apart far better than glyphs-hard's."""
+    chars = "ΩΣλΔΘЖФЯБДԱԲԳლშ"
+    hard = build_payload(image_size=28, images_per_class=10, seed=0, characters=chars)["images"].numpy()
+    plain = glyphs.build_payload(image_size=28, images_per_class=10, seed=0, characters=chars)["images"].numpy()
+    easy_accuracy, hard_accuracy = _nearest_prototype_accuracy(plain), _nearest_prototype_accuracy(hard)
+    assert hard_accuracy < 0.4  # chance is 0.2
+    assert easy_accuracy > hard_accuracy + 0.2
+
+
+# --- determinism and the knobs -------------------------------------------------------------------------------
+
+
+def test_same_seed_gives_identical_bytes_and_another_seed_differs(sample):
+    again = build_payload(image_size=32, images_per_class=4, seed=0, characters=SAMPLE, processes=2)
+    other = build_payload(image_size=32, images_per_class=4, seed=1, characters=SAMPLE)
+    assert torch.equal(again["images"], sample["images"])
+    assert again["checksum"] == sample["checksum"]
+    assert not torch.equal(other["images"], sample["images"])
+
+
+def test_a_character_renders_the_same_alone_or_among_others(sample):
+    alone = build_payload(image_size=32, images_per_class=4, seed=0, characters="Ж")
+    k = sample["characters"].index("Ж")
+    assert torch.equal(alone["images"][0], sample["images"][k])
+
+
+def test_the_knobs_change_the_images_and_the_cache_file(tmp_path):
+    calm = Difficulty(rotation=0.0, shear=0.0, shift=0.0, strokes=0, clutter=0, occluder_probability=0.0)
+    calm_images = build_payload(32, 3, 0, characters="AB", knobs=calm)["images"]
+    assert not torch.equal(calm_images, build_payload(32, 3, 0, characters="AB")["images"])
+    assert cache_file(tmp_path, 32, 20, 0, calm) != cache_file(tmp_path, 32, 20, 0, DIFFICULTY)
+    names = {cache_file(tmp_path, *params).name for params in [(32, 20, 0), (28, 20, 0), (32, 5, 0), (32, 20, 1)]}
+    assert len(names) == 4
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [("image_size", 8), ("image_size", 256), ("channels", 2), ("images_per_class", 0), ("seed", -1)],
+)
+def test_invalid_options_are_refused(tmp_path, option, value):
+    with pytest.raises(ValueError, match=option):
+        load_glyphs_hard(root=tmp_path, **{option: value})
+
+
+# --- the cache -----------------------------------------------------------------------------------------------
+
+
+def test_default_cache_dir(monkeypatch, tmp_path):
+    monkeypatch.setenv("LIGHTNING_EPISODES_CACHE", str(tmp_path / "le"))
+    assert default_cache_dir() == tmp_path / "le" / "glyphs-hard"
+    monkeypatch.delenv("LIGHTNING_EPISODES_CACHE")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert default_cache_dir() == tmp_path / "xdg" / "lightning-episodes" / "glyphs-hard"
+
+
+def test_cache_is_written_once_and_reused(monkeypatch, tmp_path):
+    monkeypatch.setattr(glyphs_hard, "build_payload", _fake_build)
+    first = load_dataset("glyphs-hard", root=tmp_path, images_per_class=3)
+    assert [p.name for p in tmp_path.iterdir()] == [cache_file(tmp_path, 32, 3, 0).name]
+    monkeypatch.setattr(glyphs_hard, "build_payload", lambda *a, **k: pytest.fail("the cache was not used"))
+    second = load_glyphs_hard(root=tmp_path, images_per_class=3)
+    grey = load_glyphs_hard(root=tmp_path, images_per_class=3, channels=1)
+    assert torch.equal(first.images, second.images)
+    assert first.class_names == second.class_names
+    assert grey.image_shape == (1, 32, 32)
+
+
+def test_corrupt_cache_files_are_rejected(tmp_path, sample):
+    path = tmp_path / "glyphs-hard.pt"
+    glyphs.write_cache(path, sample)
+    assert read_cache(path, 32, 4) is not None
+    with pytest.warns(UserWarning, match="another shape"):
+        assert read_cache(path, 28, 4) is None
+    grey = glyphs.build_payload(32, 4, 0, characters=SAMPLE[:3])  # a glyphs file: no colour axis
+    glyphs.write_cache(path, grey)
+    with pytest.warns(UserWarning, match="another format|another shape"):
+        assert read_cache(path, 32, 4) is None
+    tampered = dict(sample, images=sample["images"].clone())
+    tampered["images"][0, 0, 1, 0, 0] ^= 1
+    glyphs.write_cache(path, tampered)
+    with pytest.warns(UserWarning, match="checksum"):
+        assert read_cache(path, 32, 4) is None
+    glyphs.write_cache(path, sample)
+    path.write_bytes(path.read_bytes()[: os.path.getsize(path) // 2])  # truncated
+    with pytest.warns(UserWarning, match="not a valid glyphs-hard cache"):
+        assert read_cache(path, 32, 4) is None
+
+
+def test_corrupt_cache_is_regenerated(monkeypatch, tmp_path):
+    monkeypatch.setattr(glyphs_hard, "build_payload", _fake_build)
+    path = cache_file(tmp_path, 32, 2, 0)
+    path.write_bytes(b"not a torch file")
+    with pytest.warns(UserWarning, match="rendering it again"):
+        dataset = load_glyphs_hard(root=tmp_path, images_per_class=2)
+    assert dataset.num_classes == len(_fake_build(32, 2, 0)["characters"])
+    assert read_cache(path, 32, 2) is not None
+
+
+# --- training ------------------------------------------------------------------------------------------------
+
+
+def _sample_cache(root: Path, images_per_class: int = 20) -> None:
+    """A cache file under the full dataset's name holding only the sample characters (loads in no time)."""
+    payload = build_payload(32, images_per_class, 0, characters=SAMPLE)
+    glyphs.write_cache(cache_file(root, 32, images_per_class, 0), payload)
+
+
+def test_a_tiny_fit_and_test_through_the_trainer(tmp_path):
+    _sample_cache(tmp_path)
+    data = EpisodicDataModule(
+        dataset="glyphs-hard", root=str(tmp_path), image_size=32, channels=3, ways=5, shots=1, queries=3,
+        episodes_per_batch=2, val_episodes=4, test_episodes=10,
+    )  # fmt: skip
+    model = ProtoNet(in_channels=3, image_size=32, backbone_options={"hidden": 8})
+    trainer = tiny_trainer(max_steps=4, val_check_interval=2)
+    trainer.fit(model, datamodule=data)
+    (metrics,) = trainer.test(model, datamodule=data, verbose=False)
+    assert data.data is not None
+    assert data.data.image_shape == (3, 32, 32)
+    assert metrics["test/episodes"] == 10
+    assert 0.0 <= metrics["test/acc"] <= 1.0
+
+
+@pytest.mark.slow
+def test_fit_from_the_cli_with_the_data_config(tmp_path):
+    _sample_cache(tmp_path)
+    root = Path(__file__).resolve().parents[2]
+    command = [
+        str(Path(sys.executable).parent / "lightning-episodes"), "fit",
+        "--config", str(root / "configs/data/glyphs_hard_5w1s.yaml"),
+        "--config", str(root / "configs/models/protonet_euclidean_conv4.yaml"),
+        f"--data.root={tmp_path}", "--data.episodes_per_batch=2", "--data.queries=2", "--data.val_episodes=4",
+        "--data.test_episodes=6", "--model.backbone_options.hidden=8", "--trainer.max_steps=3",
+        "--trainer.val_check_interval=3", "--trainer.logger=false", "--trainer.enable_checkpointing=false",
+        "--trainer.enable_progress_bar=false", "--test_after_fit=true",
+    ]  # fmt: skip
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "test/acc" in done.stdout + done.stderr
+
+
+# --- the full dataset ----------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def full() -> tuple[ImageDataset, float]:
+    start = time.perf_counter()
+    dataset = load_glyphs_hard()
+    return dataset, time.perf_counter() - start
+
+
+@pytest.mark.slow
+def test_full_dataset_is_glyphs_classes_in_colour(full):
+    dataset, _ = full
+    plain = glyphs.load_glyphs()
+    assert dataset.num_classes >= 1000
+    assert dataset.class_names == plain.class_names
+    assert dataset.splits == plain.splits
+    assert dataset.groups == plain.groups
+    assert dataset.image_shape == (3, 32, 32)
+    assert torch.equal(torch.bincount(dataset.labels), torch.full((dataset.num_classes,), 20))
+    assert {split: len(classes) >= 200 for split, classes in dataset.splits.items()} == dict.fromkeys(
+        ("train", "validation", "test"), True
+    )
+
+
+@pytest.mark.slow
+def test_full_cached_load_is_identical_and_fast(full):
+    dataset, _ = full
+    start = time.perf_counter()
+    again = load_glyphs_hard()
+    assert time.perf_counter() - start < 15.0
+    assert torch.equal(again.images, dataset.images)
+    assert (again.mean, again.std) == (dataset.mean, dataset.std)
+
+
+@pytest.mark.slow
+def test_full_dataset_matches_a_subset_rendering(full):
+    dataset, _ = full
+    payload = build_payload(image_size=32, images_per_class=20, seed=0, characters="AЖლ⠿")
+    for k, ch in enumerate(payload["characters"]):
+        row = dataset.class_names.index(ch)
+        assert torch.equal(payload["images"][k], dataset.images[dataset.labels == row])
+
+
+def test_difficulty_is_frozen_and_named_in_the_key():
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        DIFFICULTY.rotation = 0.0  # type: ignore[misc]
+    assert str(DIFFICULTY.rotation) in DIFFICULTY.key()
