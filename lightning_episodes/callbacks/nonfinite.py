@@ -10,7 +10,6 @@ model with non-finite parameters, buffers or outputs (:func:`nonfinite_report`).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from typing import Any
 
@@ -29,16 +28,19 @@ class NonFiniteError(RuntimeError):
     """Training or evaluation met NaN or inf values where there must be none; the message says where."""
 
 
-def any_nonfinite(tensors: Iterable[Tensor], device: torch.device) -> Tensor:
+def any_nonfinite(tensors: Iterable[Tensor], device: torch.device, exact: bool = False) -> Tensor:
     """A 0-d float tensor: 1 if any element of ``tensors`` is NaN or ±inf, else 0 — without a host sync.
 
-    One fused max-|x| per tensor (``torch._foreach_norm`` with ``ord=inf``): unlike a sum or a 2-norm it cannot
-    overflow for large finite values, and NaN and inf propagate into it.
+    By default one fused 2-norm per tensor (``torch._foreach_norm``; NaN and inf propagate into it): the cheapest
+    reduction (on a CPU thread 5-15x cheaper than a max-|x| or an ``isfinite`` pass), but its squares overflow for
+    finite values above ~1e19, so a 1 is only a suspicion. ``exact=True`` uses ``isfinite`` itself.
     """
     tensors = list(tensors)
     if not tensors:
         return torch.zeros((), device=device)
-    norms = torch._foreach_norm(tensors, ord=math.inf)
+    if exact:
+        return torch.stack([(~torch.isfinite(t)).any().to(device) for t in tensors]).any().float()
+    norms = torch._foreach_norm(tensors)
     return (~torch.isfinite(torch.stack([n.to(device, torch.float32) for n in norms]))).any().float()
 
 
@@ -46,15 +48,17 @@ def _floating_buffers(module: nn.Module) -> list[Tensor]:
     return [b for b in module.buffers() if b.is_floating_point()]
 
 
-def nonfinite_flags(module: nn.Module, grads: Iterable[Tensor] = ()) -> Tensor:
+def nonfinite_flags(module: nn.Module, grads: Iterable[Tensor] = (), exact: bool = False) -> Tensor:
     """``[3]`` flags (1 = some NaN/inf) for ``grads``, the parameters and the floating-point buffers of
-    ``module``, in the order of :data:`KINDS`, on the module's device, without a host sync."""
+    ``module``, in the order of :data:`KINDS`, on the module's device, without a host sync (see
+    :func:`any_nonfinite` for ``exact``)."""
+    grads = list(grads)
     device = next(module.parameters(), torch.zeros(())).device
     return torch.stack(
         [
-            any_nonfinite(grads, device),
-            any_nonfinite((p for p in module.parameters() if p.is_floating_point()), device),
-            any_nonfinite(_floating_buffers(module), device),
+            any_nonfinite(grads, device, exact),
+            any_nonfinite((p for p in module.parameters() if p.is_floating_point()), device, exact),
+            any_nonfinite(_floating_buffers(module), device, exact),
         ]
     )
 
@@ -87,9 +91,10 @@ class NonFiniteGuard(Callback):
     in a row the run stops with :class:`NonFiniteError`. Non-finite parameters or batch-norm statistics do not
     recover by skipping, so such a run stops after ``max_consecutive`` steps.
 
-    Cost per step: one fused max-|x| over the gradients, parameters and buffers, one all-reduce of 3 numbers
-    under DDP (so that every rank skips the same steps) and one host read of them. Under 16-bit mixed precision
-    the gradient scaler skips overflowing steps itself; only the parameters and buffers are checked then.
+    Cost per step: one fused 2-norm per gradient, parameter and buffer (ProtoNet ResNet-12, 8 M parameters, on one
+    CPU thread: ~15 ms; conv4: ~0.6 ms), one all-reduce of 3 numbers under DDP (so that every rank skips the same
+    steps) and one host read of them; an exact ``isfinite`` check confirms a suspicious step. Under 16-bit mixed
+    precision the gradient scaler skips overflowing steps itself; only the parameters and buffers are checked then.
 
     :class:`~lightning_episodes.EpisodicModule` adds a ``NonFiniteGuard()`` to every Trainer without one: list
     one in ``trainer.callbacks`` to change ``max_consecutive``.
@@ -121,8 +126,11 @@ class NonFiniteGuard(Callback):
         params = [p for group in optimizer.param_groups for p in group["params"]]
         scaler = getattr(trainer.precision_plugin, "scaler", None)
         grads = [] if scaler is not None else [p.grad for p in params if p.grad is not None]
-        flags = trainer.strategy.reduce(nonfinite_flags(pl_module, grads), reduce_op="sum")
-        bad = [bool(flag > 0) for flag in flags.tolist()]  # the one host read of the step
+        bad = self._reduced_flags(trainer, pl_module, grads, exact=False)  # the one host read of the step
+        if any(bad):
+            # the fast check may have met a finite value above ~1e19: confirm exactly (every rank is here, since the
+            # flags were summed over the ranks)
+            bad = self._reduced_flags(trainer, pl_module, grads, exact=True)
         if not any(bad):
             self.consecutive = 0
             return
@@ -144,6 +152,14 @@ class NonFiniteGuard(Callback):
             f"step {step}: {report}; the step is skipped ({self.consecutive} in a row, training stops at "
             f"NonFiniteGuard.max_consecutive={self.max_consecutive})"
         )
+
+    @staticmethod
+    def _reduced_flags(
+        trainer: pl.Trainer, pl_module: pl.LightningModule, grads: list[Tensor], exact: bool
+    ) -> list[bool]:
+        # summed over ranks: every rank skips the same steps (DDP averages gradients, but buffers are per rank)
+        flags = trainer.strategy.reduce(nonfinite_flags(pl_module, grads, exact), reduce_op="sum")
+        return [flag > 0 for flag in flags.tolist()]
 
     @override
     def state_dict(self) -> dict[str, Any]:

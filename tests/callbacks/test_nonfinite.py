@@ -26,17 +26,38 @@ def sgd(lr: float) -> Any:
     return lambda params: torch.optim.SGD(params, lr=lr)
 
 
+@pytest.mark.parametrize("exact", [False, True])
 @pytest.mark.parametrize(
     ("values", "expected"),
     [
-        ([torch.full((3,), 3e38), torch.ones(2, dtype=torch.bfloat16)], 0.0),  # large but finite: no overflow
+        ([torch.full((3,), 1e3), torch.ones(2, dtype=torch.bfloat16)], 0.0),
         ([torch.ones(3), torch.tensor([1.0, float("inf")])], 1.0),
         ([torch.tensor([float("nan")], dtype=torch.float64), torch.ones(1)], 1.0),
+        ([torch.tensor([float("-inf")], dtype=torch.bfloat16)], 1.0),
         ([], 0.0),
     ],
 )
-def test_any_nonfinite(values: list[Tensor], expected: float) -> None:
-    assert float(any_nonfinite(values, torch.device("cpu"))) == expected
+def test_any_nonfinite(values: list[Tensor], expected: float, exact: bool) -> None:
+    assert float(any_nonfinite(values, torch.device("cpu"), exact)) == expected
+
+
+def test_a_large_finite_value_is_only_a_suspicion_of_the_fast_check() -> None:
+    large = [torch.full((3,), 3e38)]  # finite, but its squares overflow the fast 2-norm
+    assert float(any_nonfinite(large, torch.device("cpu"))) == 1.0
+    assert float(any_nonfinite(large, torch.device("cpu"), exact=True)) == 0.0
+
+
+def test_a_large_finite_buffer_does_not_skip_the_step() -> None:
+    """The fast check flags the 1e30 running variance (its square overflows); the exact one clears it."""
+    spy = NaNGradientAt(set())
+    after = AfterStep(spy)
+    guard = NonFiniteGuard()
+    model = ProtoNet(image_size=16)
+    with torch.no_grad():
+        model.backbone.blocks[3].norm.running_var[0] = 1e30  # not used in training mode
+    tiny_trainer(max_steps=2, callbacks=[spy, after, guard], limit_val_batches=0).fit(model, tiny_datamodule())
+    assert after.changed == {0: True, 1: True}
+    assert guard.skipped_steps == 0
 
 
 def test_max_consecutive_is_validated() -> None:
