@@ -181,3 +181,52 @@ def test_difficulty_names_a_broken_checkpoint_file(
     message = capsys.readouterr().err.splitlines()[-1]
     assert str(path) in message
     assert problem in message
+
+
+@pytest.mark.parametrize("kind", ["truncated", "empty"])
+def test_compare_names_a_broken_checkpoint_file(tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str) -> None:
+    import json
+
+    from lightning_episodes.analysis.paired import main as compare
+
+    for arm in ("baseline_online", "uniform_online"):
+        folder = tmp_path / "scenario" / "seed0" / arm / "logs" / "version_0"
+        (folder / "checkpoints").mkdir(parents=True)
+        (folder / "test_results.json").write_text(json.dumps({"accuracy": 0.5, "ci95": 0.1, "episodes": 4}))
+        path, problem = _broken(folder / "checkpoints", kind)
+        path.rename(folder / "checkpoints" / "best-4-0.5000.ckpt")
+    assert compare([str(tmp_path / "scenario"), "--device=cpu"]) == 1
+    message = capsys.readouterr().err.strip().splitlines()[-1]
+    assert message.startswith("lightning-episodes compare: error: checkpoint ")
+    assert "best-4-0.5000.ckpt" in message
+    assert problem in message
+
+
+@pytest.mark.slow
+def test_the_console_script_gives_one_line_and_no_traceback(tmp_path: Path) -> None:
+    """Through the real console script: `test` and `difficulty` with broken files exit non-zero with one message."""
+    import os
+    import subprocess
+    import sys
+
+    cli = str(Path(sys.executable).parent / "lightning-episodes")
+    truncated, problem = _broken(tmp_path, "truncated")
+    config = str(Path(__file__).resolve().parents[2] / "configs" / "quickstart.yaml")
+    commands = {
+        ("test", "--config", config, f"--ckpt_path={truncated}"): (truncated, problem),
+        ("difficulty", f"--ckpt_path={tmp_path}", "--output=x.csv"): (tmp_path, "is a directory"),
+    }
+    for command, (path, words) in commands.items():
+        done = subprocess.run(
+            [cli, *command],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env={**os.environ, "OMP_NUM_THREADS": "1"},
+        )
+        assert done.returncode == 2, done.stderr
+        assert "Traceback" not in done.stderr
+        (message,) = [line for line in done.stderr.splitlines() if "error:" in line]
+        assert str(path) in message, message
+        assert words in message, message
