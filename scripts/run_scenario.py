@@ -11,8 +11,10 @@ of every offline run. Per seed, this script runs (each a ``fit`` with ``--test_a
     <run>/cross_domain/<config name>/                   with --cross-domain: the run's best checkpoint tested there
 
 ``--seed_everything`` and ``--data.train_seed`` are the seed N (initialisation and training episodes differ per
-seed; the validation and test episodes are the data config's fixed sets). Every run that already has a
-``test_results.json`` is skipped (rerun the script to resume a campaign). Then::
+seed; the validation and test episodes are the data config's fixed sets). Rerun the script to resume a campaign:
+every run that already has a ``test_results.json`` is skipped, and a run stopped during its fit (a
+``checkpoints/last.ckpt``, no record) resumes from that checkpoint (``--ckpt_path last``), losing at most the
+sampling config's ``last_every_n_steps`` steps. Then::
 
     lightning-episodes report <out>/<data>__<model>
 
@@ -44,6 +46,13 @@ Runner = Callable[[list[str]], object]
 def finished(run_dir: Path) -> bool:
     """Whether a run folder holds a test record (its fit, test included, completed)."""
     return run_dir.is_dir() and any(run_dir.rglob(RESULTS_FILE))
+
+
+def interrupted(run_dir: Path) -> bool:
+    """Whether a run folder holds a ``last.ckpt`` but no test record: its fit stopped before the end."""
+    return not finished(run_dir) and any(
+        "cross_domain" not in path.relative_to(run_dir).parts for path in run_dir.rglob("checkpoints/last.ckpt")
+    )
 
 
 def best_checkpoint(run_dir: Path) -> Path:
@@ -113,6 +122,9 @@ def run_scenario(
                 args += [f"--trainer.callbacks.reference_checkpoint={reference}"]
             args += [f"--seed_everything={seed}", f"--data.train_seed={seed}", f"--trainer.default_root_dir={run_dir}"]
             args += ["--test_after_fit=true"]
+            if interrupted(run_dir):  # the newest last.ckpt of the run folder, continued in its version folder
+                print(f"[run_scenario] {run_dir} was stopped during its fit: resumed", file=sys.stderr)
+                args += ["--ckpt_path=last"]
             runner([*args, *extra])
         for run_dir, _, _ in plan:
             for config in cross_domain:

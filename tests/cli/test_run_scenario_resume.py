@@ -1,0 +1,28 @@
+"""scripts/run_scenario.py resumes a run that was stopped during its fit (a last.ckpt, no test record) with
+``--ckpt_path last``, skips a finished one and starts a new one from scratch."""
+
+from __future__ import annotations
+
+import runpy
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+run_scenario = runpy.run_path(str(ROOT / "scripts" / "run_scenario.py"))["run_scenario"]
+
+
+def test_a_stopped_run_resumes_a_finished_one_is_skipped_and_a_new_one_starts(tmp_path: Path) -> None:
+    data, model = ROOT / "configs/data/glyphs_5w1s.yaml", ROOT / "configs/models/protonet_euclidean_conv4.yaml"
+    seed = tmp_path / f"{data.stem}__{model.stem}" / "seed0"
+    stopped = seed / "baseline_online" / "lightning_logs" / "version_0" / "checkpoints"
+    stopped.mkdir(parents=True)
+    (stopped / "last.ckpt").write_bytes(b"")
+    done = seed / "easy_online" / "lightning_logs" / "version_0"
+    (done / "checkpoints").mkdir(parents=True)
+    (done / "checkpoints" / "last.ckpt").write_bytes(b"")
+    (done / "test_results.json").write_text("{}")
+    commands: list[list[str]] = []
+    run_scenario(data, model, tmp_path, commands.append, schemes=["uniform", "easy"], online=True, offline=False)
+    runs = {next(a for a in c if a.startswith("--trainer.default_root_dir=")).rsplit("/", 1)[1]: c for c in commands}
+    assert set(runs) == {"baseline_online", "uniform_online"}  # easy_online is done
+    assert "--ckpt_path=last" in runs["baseline_online"]
+    assert not any(a.startswith("--ckpt_path") for a in runs["uniform_online"])
