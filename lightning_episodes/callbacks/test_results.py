@@ -34,14 +34,10 @@ def scenario_hash(hparams: dict[str, Any], data: dict[str, Any]) -> str:
 
 
 def sampling_record(trainer: pl.Trainer) -> dict[str, Any] | None:
-    """Every option of the Trainer's :class:`DifficultyWeightingCallback` (``None`` without one), with the keys
-    ``target`` and ``proposal`` that older readers of the record use."""
+    """Every option of the Trainer's :class:`DifficultyWeightingCallback` (``None`` without one): the arms of a
+    comparison differ in them (``target`` and ``proposal`` among them, as older records had)."""
     callback = next((cb for cb in trainer.callbacks if isinstance(cb, DifficultyWeightingCallback)), None)  # type: ignore[attr-defined]
-    if callback is None:
-        return None
-    options = dict(callback.options)
-    options.setdefault("proposal", options.get("estimate"))
-    return options
+    return None if callback is None else dict(callback.options)
 
 
 class TestResultsWriter(Callback):
