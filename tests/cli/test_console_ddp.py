@@ -1,5 +1,6 @@
 """The README's commands under 2-process CPU DDP through the real console script, in subprocesses, with the
-numbers of one process: fit (+ --test_after_fit), compare and difficulty on the runs DDP wrote, test, validate.
+numbers of one process: fit (+ --test_after_fit), compare and difficulty on the runs DDP wrote, test, validate,
+and the resume command.
 
 Lightning's ``ddp`` launcher re-runs the command line for rank 1, so these must be real processes (the other DDP
 tests fork inside pytest and never run the CLI). Tiny settings: the embedded glyphs data, conv4 with 8 channels,
@@ -107,3 +108,18 @@ def test_readme_commands_under_two_process_ddp_give_the_numbers_of_one_process(t
     best_score = next(float(s["best_model_score"]) for k, s in saved.items() if "Checkpoint" in k)
     val_acc = next(line for line in validated.stdout.splitlines() if "val/acc " in f"{line} ")
     assert float(val_acc.split()[1]) == pytest.approx(best_score, abs=1e-6)
+
+    # the README's resume command under DDP (each rank finds the run's last.ckpt): 2 more steps, same folder
+    _run(
+        "fit",
+        "--config",
+        config,
+        *DDP,
+        *weighting,
+        *_logs(run),
+        "--trainer.max_steps=6",
+        "--ckpt_path=last",
+        cwd=tmp_path,
+    )
+    assert torch.load(folder / "checkpoints/last.ckpt", weights_only=True)["global_step"] == 6
+    assert sorted(p.name for p in (run / "logs").iterdir()) == ["version_0", "version_1"]  # no new folder
