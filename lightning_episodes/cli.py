@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ from lightning_episodes.callbacks.checkpointing import (
     continue_logger_version,
     find_last_checkpoint,
 )
+from lightning_episodes.console import TRAINER_COMMANDS, run
 from lightning_episodes.data.datamodule import EpisodicDataModule
 
 
@@ -29,6 +29,12 @@ class EpisodicCLI(LightningCLI):
     the number of classes, so a model is always built for the episodes it will see. There is no default
     model: ``--model ProtoNet`` (or a config's ``model.class_path``) picks one with its own defaults.
     """
+
+    @staticmethod
+    def subcommands() -> dict[str, set[str]]:
+        """``fit``, ``validate`` and ``test``: Lightning's ``predict`` needs a ``predict_step``, which episodic
+        models do not have (``lightning-episodes predict`` is :mod:`lightning_episodes.inference`)."""
+        return {name: skip for name, skip in LightningCLI.subcommands().items() if name in TRAINER_COMMANDS}
 
     def add_arguments_to_parser(self, parser: Any) -> None:
         parser.link_arguments("data.init_args.channels", "model.init_args.in_channels")
@@ -119,11 +125,24 @@ class EpisodicCLI(LightningCLI):
             self.trainer.test(self.model, datamodule=self.datamodule, ckpt_path="best" if has_best else None)
 
 
-#: subcommands that are not Trainer methods: name -> module with ``main(argv) -> int``
-TOOLS = {
-    "report": "lightning_episodes.analysis.report",
-    "difficulty": "lightning_episodes.analysis.scoring",
-    "compare": "lightning_episodes.analysis.paired",
+#: subcommands that are not Trainer methods: name -> (module with ``main(argv) -> int``, one-line help)
+TOOLS: dict[str, tuple[str, str]] = {
+    "predict": (
+        "lightning_episodes.inference",
+        "classify your own images: a checkpoint, a support folder (one sub-folder per class) and query images -> CSV",
+    ),
+    "difficulty": (
+        "lightning_episodes.analysis.scoring",
+        "score fixed episodes with a checkpoint: one CSV row per episode (identity, difficulty, accuracy)",
+    ),
+    "report": (
+        "lightning_episodes.analysis.report",
+        "results tables in the paper's format from test_results.json files",
+    ),
+    "compare": (
+        "lightning_episodes.analysis.paired",
+        "paired per-episode test-accuracy difference of two sampling schemes, per scenario",
+    ),
 }
 
 
@@ -131,20 +150,26 @@ def run_tool(argv: list[str]) -> int | None:
     """Run ``argv[0]`` if it names one of :data:`TOOLS` (``None`` otherwise)."""
     if not argv or argv[0] not in TOOLS:
         return None
-    return int(importlib.import_module(TOOLS[argv[0]]).main(argv[1:]) or 0)
+    return int(importlib.import_module(TOOLS[argv[0]][0]).main(argv[1:]) or 0)
 
 
 def entry() -> int:
-    """The ``lightning-episodes`` console script: ``fit|validate|test|predict`` or one of :data:`TOOLS`."""
-    code = run_tool(sys.argv[1:])
-    if code is None:
-        main()
-        return 0
-    return code
+    """The ``lightning-episodes`` console script: ``fit|validate|test`` or one of :data:`TOOLS`; a user error is one
+    line with exit status 2 (:mod:`lightning_episodes.console`)."""
+    return run(None, main, TOOLS)
 
 
-def main(args: list[str] | None = None) -> EpisodicCLI:
-    """The LightningCLI (``fit``, ``validate``, ``test``, ``predict``), in process when ``args`` is given."""
+def main(args: list[str] | None = None, exit_on_error: bool = True) -> EpisodicCLI:
+    """The LightningCLI (``fit``, ``validate``, ``test``), in process when ``args`` is given.
+
+    Args:
+        args: the command line after the program name (``None``: ``sys.argv[1:]``).
+        exit_on_error: let the parser print its usage and exit on a bad argument (False: raise
+            ``argparse.ArgumentError``, which the console script reports in one line).
+    """
+    parser_kwargs: dict[str, Any] | None = None
+    if not exit_on_error:
+        parser_kwargs = {"exit_on_error": False, **{name: {"exit_on_error": False} for name in TRAINER_COMMANDS}}
     return EpisodicCLI(
         EpisodicModule,
         EpisodicDataModule,
@@ -152,5 +177,6 @@ def main(args: list[str] | None = None) -> EpisodicCLI:
         subclass_mode_data=True,
         auto_configure_optimizers=False,
         save_config_kwargs={"overwrite": True},
+        parser_kwargs=parser_kwargs,
         args=args,
     )

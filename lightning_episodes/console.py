@@ -1,0 +1,164 @@
+"""The ``lightning-episodes`` console script's front door: the top-level help, the dispatch to the tools, and
+mistakes reported as one line.
+
+A wrong argument, an invalid value (``--data.ways 0``) or a missing file is the user's to fix, not a crash:
+the command prints a short usage line, ``<command>: error: <message naming the parameter>`` and a hint, and
+exits with status 2 (as ``argparse`` does), with no traceback. ``LIGHTNING_EPISODES_DEBUG=1`` in the
+environment shows the full traceback instead. Anything else (a bug) keeps its traceback and exit status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import re
+import sys
+import traceback
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+
+#: Set to 1 (or any non-empty value but 0) to see the traceback of a user error.
+DEBUG_ENV = "LIGHTNING_EPISODES_DEBUG"
+PROG = "lightning-episodes"
+#: The LightningCLI subcommands (Trainer methods) and their one-line help.
+TRAINER_COMMANDS = {
+    "fit": "train a model on episodes, validating and checkpointing (--test_after_fit true also tests it)",
+    "validate": "evaluate a model (--ckpt_path FILE|best|last) on the fixed validation episodes",
+    "test": "evaluate a model (--ckpt_path FILE|best|last) on the fixed test episodes; writes test_results.json",
+}
+#: A tool: ``(module with main(argv) -> int, one-line help)``.
+Tool = tuple[str, str]
+_PACKAGE = str(Path(__file__).resolve().parent)
+
+
+def debug() -> bool:
+    """Whether ``LIGHTNING_EPISODES_DEBUG`` asks for tracebacks."""
+    return os.environ.get(DEBUG_ENV, "") not in ("", "0")
+
+
+def help_text(tools: Mapping[str, Tool]) -> str:
+    """The top-level ``--help``: every subcommand with one line."""
+    from lightning_episodes import __version__
+
+    width = max(map(len, [*TRAINER_COMMANDS, *tools])) + 2
+    lines = [
+        f"usage: {PROG} <command> [options]    ({PROG} <command> --help: the options of a command)",
+        "",
+        f"Episodic few-shot learning with uniform sampling over episode difficulty ({PROG} {__version__}).",
+        "",
+        "training and evaluation (LightningCLI: --config FILE.yaml and --section.key VALUE options):",
+        *(f"  {name:<{width}}{text}" for name, text in TRAINER_COMMANDS.items()),
+        "",
+        "tools:",
+        *(f"  {name:<{width}}{text}" for name, (_, text) in tools.items()),
+        "",
+        "options:",
+        f"  {'-h, --help':<{width}}show this help and exit",
+        f"  {'--version':<{width}}print the version and exit",
+        "",
+        f"A wrong option or value is reported in one line (exit status 2); {DEBUG_ENV}=1 shows the traceback.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def run(argv: list[str] | None, trainer_cli: Callable[..., object], tools: Mapping[str, Tool]) -> int:
+    """Run one command line and return its exit status.
+
+    Args:
+        argv: the arguments after the program name (``None``: ``sys.argv[1:]``, which LightningCLI reads itself).
+        trainer_cli: builds and runs the LightningCLI: ``trainer_cli(args, exit_on_error=False)``.
+        tools: the other subcommands, by name.
+    """
+    args = sys.argv[1:] if argv is None else list(argv)
+    if not args or args[0] in ("-h", "--help"):
+        (sys.stdout if args else sys.stderr).write(help_text(tools))
+        return 0 if args else 2
+    if args[0] == "--version":
+        from lightning_episodes import __version__
+
+        print(f"{PROG} {__version__}")
+        return 0
+    command = args[0] if args[0] in tools or args[0] in TRAINER_COMMANDS else None
+    try:
+        if command is not None and command in tools:
+            module = importlib.import_module(tools[command][0])
+            return int(module.main(args[1:]) or 0)
+        trainer_cli(argv, exit_on_error=False)
+        return 0
+    except Exception as error:
+        message = user_error(error)
+        if message is None or debug():
+            raise
+        name = f"{PROG} {command}" if command else PROG
+        usage = f"{name} [-h] [--config FILE] [--section.key VALUE ...]" if command in TRAINER_COMMANDS else name
+        sys.stderr.write(
+            f"usage: {usage}\n{name}: error: {message}\n"
+            f"(`{name} --help` lists the options; {DEBUG_ENV}=1 shows the traceback)\n"
+        )
+        return 2
+
+
+def _chain(error: BaseException) -> Iterator[BaseException]:
+    """``error`` and the exceptions it was raised from, outermost first."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        # `raise ... from None` hides the context: the new message is meant to replace it
+        current = current.__cause__ or (None if current.__suppress_context__ else current.__context__)
+
+
+def user_error(error: BaseException) -> str | None:
+    """The one-line message of a user error, or ``None`` for anything that deserves a traceback.
+
+    User errors are: an argument the parser rejects; a ``ValueError``, ``TypeError`` or ``OSError`` while the
+    configuration is parsed and its classes are built (our checks in ``__init__``, Lightning's of the Trainer
+    arguments); at any time, a missing file, a Lightning ``MisconfigurationException``, or a ``ValueError`` or
+    ``TypeError`` raised by this package (a setup-time check such as ``data.shots`` larger than a class).
+    """
+    from lightning_fabric.utilities.exceptions import MisconfigurationException
+
+    chain = list(_chain(error))
+    leaf = chain[-1]
+    configuring = any(
+        name in ("parse_arguments", "instantiate_classes")
+        for frame, _ in traceback.walk_tb(error.__traceback__)
+        for name in [frame.f_code.co_name]
+    )
+    if isinstance(error, argparse.ArgumentError) or any(isinstance(e, argparse.ArgumentError) for e in chain):
+        return _argument_message(chain)
+    if isinstance(leaf, MisconfigurationException | FileNotFoundError | IsADirectoryError) or (
+        configuring and isinstance(leaf, ValueError | TypeError | OSError)
+    ):
+        return _one_line(str(leaf) or type(leaf).__name__)
+    frames = [frame.f_code.co_filename for frame, _ in traceback.walk_tb(leaf.__traceback__)]
+    if isinstance(leaf, ValueError | TypeError) and frames and frames[-1].startswith(_PACKAGE):
+        return _one_line(str(leaf))
+    return None
+
+
+def _argument_message(chain: list[BaseException]) -> str:
+    """``--key.path: what is wrong`` from jsonargparse's nested errors (one per level of the config)."""
+    keys: list[str] = []
+    class_path = None
+    for error in chain:
+        text = str(error)
+        if (match := re.match(r'Parser key "([^"]+)":', text)) and (not keys or keys[-1] != match.group(1)):
+            keys.append(match.group(1))
+        if match := re.match(r"Problem with given class_path '([^']+)':", text):
+            class_path = match.group(1)
+    leaf = str(chain[-1]).strip().strip('"')
+    if leaf.startswith(("Parser key", "Problem with given class_path", "Does not validate")):
+        leaf = leaf.splitlines()[-1].strip()  # the innermost line of a message that was not unfolded
+    leaf = re.sub(r"<class '(?:[\w]+\.)*(\w+)'>", r"\1", leaf)
+    leaf = re.sub(r"typing\.Literal\[(.*)\]", r"one of \1", leaf)
+    leaf = leaf.replace("Expected a ", "expected ").replace(". Got value: ", ", got ")
+    if "is not accepted" in leaf and class_path:
+        leaf = f"{leaf} by {class_path}"
+    return _one_line(f"--{'.'.join(keys)}: {leaf}" if keys else leaf)
+
+
+def _one_line(message: str) -> str:
+    return " ".join(line.strip() for line in message.strip().splitlines() if line.strip())

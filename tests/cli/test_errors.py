@@ -1,0 +1,120 @@
+"""Mistakes on the command line are one line naming the parameter, with exit status 2 and no traceback
+(through the real console script, as a user runs it); LIGHTNING_EPISODES_DEBUG=1 brings the traceback back."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from lightning_episodes.console import DEBUG_ENV, user_error
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent / "lightning-episodes"
+QUICKSTART = str(ROOT / "configs/quickstart.yaml")
+UNIFORM = str(ROOT / "configs/sampling/uniform_online.yaml")
+
+
+def _run(tmp_path: Path, *args: str, debug: bool = False) -> subprocess.CompletedProcess[str]:
+    env = {key: value for key, value in os.environ.items() if key != DEBUG_ENV}
+    if debug:
+        env[DEBUG_ENV] = "1"
+    return subprocess.run([str(BIN), *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+
+
+def _error_line(stderr: str, command: str = "fit") -> str:
+    lines = [line for line in stderr.splitlines() if line.startswith(f"lightning-episodes {command}: error: ")]
+    assert len(lines) == 1, stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        # a value our classes refuse when the config is instantiated
+        (["--data.ways", "0"], "data.ways must be >= 1, got 0"),
+        pytest.param(
+            ["--config", UNIFORM, "--trainer.callbacks.decay", "1.5"],
+            ("decay must be", "[0, 1)", "got 1.5"),
+            marks=pytest.mark.slow,
+        ),
+        # values the parser refuses: a wrong type, a choice outside a Literal, an unknown option
+        pytest.param(["--data.ways", "abc"], "--data.ways: expected int, got abc", marks=pytest.mark.slow),
+        pytest.param(
+            ["--model.distance", "manhattan"],
+            "--model.distance: expected one of 'euclidean', 'cosine', got manhattan",
+            marks=pytest.mark.slow,
+        ),
+        pytest.param(
+            ["--data.nope", "1"],
+            "--data: Option 'nope' is not accepted by lightning_episodes.data.EpisodicDataModule",
+            marks=pytest.mark.slow,
+        ),
+        pytest.param(["--nope", "1"], "unrecognized arguments: --nope 1", marks=pytest.mark.slow),
+    ],
+)
+def test_a_bad_value_is_one_line_with_status_2(tmp_path: Path, args: list[str], message: str | tuple[str]) -> None:
+    done = _run(tmp_path, "fit", "--config", QUICKSTART, *args)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
+    assert "Given value" not in done.stderr  # jsonargparse's dump of the whole namespace
+    line = _error_line(done.stderr)
+    assert all(part in line for part in ((message,) if isinstance(message, str) else message)), line
+    assert "usage: lightning-episodes fit" in done.stderr
+    assert DEBUG_ENV in done.stderr  # says how to see the traceback
+
+
+@pytest.mark.slow
+def test_a_setup_error_names_the_parameter_and_the_split(tmp_path: Path) -> None:
+    """Raised when the data module checks the request against the dataset, inside Trainer.fit."""
+    done = _run(tmp_path, "fit", "--config", QUICKSTART, "--data.shots", "500")
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
+    line = _error_line(done.stderr)
+    assert "data.shots + queries = 515 exceeds the smallest class" in line
+    assert "split 'train'" in line
+
+
+@pytest.mark.slow
+def test_the_debug_variable_shows_the_traceback(tmp_path: Path) -> None:
+    done = _run(tmp_path, "fit", "--config", QUICKSTART, "--data.ways", "0", debug=True)
+    assert done.returncode == 1
+    assert "Traceback" in done.stderr
+    assert "data.ways must be >= 1, got 0" in done.stderr
+
+
+@pytest.mark.slow
+def test_a_tool_error_is_one_line_too(tmp_path: Path) -> None:
+    done = _run(tmp_path, "difficulty", "--ckpt_path", str(tmp_path / "none.ckpt"), "--output", "x.csv")
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
+    assert "none.ckpt does not exist" in done.stderr
+
+
+def _raised(action: Callable[[], object]) -> BaseException:
+    with pytest.raises(Exception) as caught:  # noqa: PT011  (any exception: its traceback is what matters)
+        action()
+    return caught.value
+
+
+def _raise(error: BaseException) -> Callable[[], object]:
+    def action() -> object:
+        raise error
+
+    return action
+
+
+def test_only_user_errors_lose_their_traceback() -> None:
+    """A bug (an exception the user cannot fix by changing arguments) keeps its traceback."""
+    assert user_error(_raised(_raise(RuntimeError("an internal bug")))) is None
+    assert user_error(_raised(lambda: {}["key"])) is None
+    assert user_error(_raised(lambda: int("x"))) is None  # a ValueError from outside this package
+    missing = _raised(_raise(FileNotFoundError("checkpoint x.ckpt does not exist")))
+    assert user_error(missing) == "checkpoint x.ckpt does not exist"
+    parser = argparse.ArgumentError(None, "Parser key \"data.ways\":\n  Expected a <class 'int'>. Got value: x")
+    assert user_error(_raised(_raise(parser))) == "--data.ways: expected int, got x"
