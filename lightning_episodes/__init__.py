@@ -17,6 +17,7 @@ from lightning_episodes.algorithms import (
 )
 from lightning_episodes.callbacks import DifficultyTrackingCallback, DifficultyWeightingCallback
 from lightning_episodes.data import Episode, EpisodeIdentity, EpisodicDataModule
+from lightning_episodes.inference import Prediction, predict
 
 __version__ = "0.1.0"
 
@@ -33,7 +34,9 @@ __all__ = [
     "EpisodicDataModule",
     "EpisodicModule",
     "Pretrain",
+    "Prediction",
     "ProtoNet",
     "__version__",
     "load_episodic_module",
+    "predict",
 ]

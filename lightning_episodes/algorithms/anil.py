@@ -6,12 +6,12 @@ from typing import Any, ClassVar
 
 import torch
 from pytorch_lightning.cli import LRSchedulerCallable, OptimizerCallable
+from torch import Tensor
 from torch.func import functional_call
 from typing_extensions import override
 
-from lightning_episodes.algorithms.base import EpisodeOutput, EvalBatchNorm, default_optimizer
+from lightning_episodes.algorithms.base import EvalBatchNorm, default_optimizer
 from lightning_episodes.algorithms.maml import MAML, adapt
-from lightning_episodes.algorithms.protonet import query_loss
 from lightning_episodes.data.episode import Episode
 
 
@@ -80,7 +80,8 @@ class ANIL(MAML):
         )
 
     @override
-    def episode_losses(self, batch: Episode) -> EpisodeOutput:
+    def query_logits(self, batch: Episode) -> Tensor:
+        """Query logits under the head adapted to each episode's support features (``episode_losses``: MAML's)."""
         self._check_ways(batch.ways)
         steps, create_graph = self._inner_loop()
         with self._outer_grad():
@@ -93,4 +94,4 @@ class ANIL(MAML):
             )
             with self._outer_grad():
                 logits.append(functional_call(self.head, fast, (query[i],)))
-        return EpisodeOutput(*query_loss(torch.stack(logits), batch.query_labels))
+        return torch.stack(logits)

@@ -109,6 +109,9 @@ class EpisodicModule(pl.LightningModule):
         self.weighting: WeightingStrategy | None = None
         #: dataset and episode shape of the training run this model comes from (restored from checkpoints)
         self.trained_on: dict[str, Any] | None = None
+        #: per-channel ``{"mean": [...], "std": [...]}`` of the training images' normalisation (restored from
+        #: checkpoints): what prediction on new images applies
+        self.input_normalization: dict[str, list[float]] | None = None
         self.val_accuracy, self.test_accuracy = EpisodeMeanCI(), EpisodeMeanCI()
         self.val_loss, self.test_loss = EpisodeMeanCI(), EpisodeMeanCI()
         #: the ``test/*`` values of the last test (:class:`~lightning_episodes.callbacks.TestResultsWriter` writes them)
@@ -119,6 +122,20 @@ class EpisodicModule(pl.LightningModule):
     def episode_losses(self, batch: Episode) -> EpisodeOutput:
         """Per-episode losses and accuracies of ``batch`` (the query cross-entropy of each episode)."""
         raise NotImplementedError(f"{type(self).__name__} must implement episode_losses(batch)")
+
+    def query_logits(self, batch: Episode) -> Tensor:
+        """Class scores ``[B, Q, ways]`` of each episode's queries given its labelled support set, as the model
+        evaluates them (their softmax is the predicted class probabilities).
+
+        What :func:`lightning_episodes.predict` uses. It reads ``support``, ``support_labels``, ``query`` and ``ways``
+        only: the queries may be unlabelled and of any number. An algorithm computes its ``episode_losses`` from it.
+
+        Raises:
+            NotImplementedError: if the algorithm does not implement it.
+        """
+        raise NotImplementedError(
+            f"{type(self).__name__} does not implement query_logits(batch), which prediction needs"
+        )
 
     def _output(self, batch: Episode) -> EpisodeOutput:
         out = self.episode_losses(batch)
@@ -304,12 +321,18 @@ class EpisodicModule(pl.LightningModule):
                 value = getattr(datamodule, key if key != "dataset" else "dataset_name", None)
                 if isinstance(value, int | str):
                     info[key] = value
+            data = getattr(datamodule, "data", None)
+            if data is not None:
+                self.input_normalization = {"mean": [float(m) for m in data.mean], "std": [float(s) for s in data.std]}
         checkpoint["lightning_episodes"] = info
+        if self.input_normalization is not None:
+            checkpoint["input_normalization"] = self.input_normalization
 
     @override
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         info = checkpoint.get("lightning_episodes") or {}
         self.trained_on = {k: v for k, v in info.items() if k != "class_path"} or None
+        self.input_normalization = checkpoint.get("input_normalization")
 
     # -- optimisation ---------------------------------------------------------------------------------------
     @override

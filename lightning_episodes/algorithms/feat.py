@@ -147,13 +147,21 @@ class FEAT(EpisodicModule):
         labels = episode_labels(len(sets), ways, sets.shape[2], device=sets.device)
         return F.cross_entropy(logits.transpose(1, 2), labels, reduction="none").mean(1)
 
-    @override
-    def episode_losses(self, batch: Episode) -> EpisodeOutput:
+    def _embed(self, batch: Episode) -> tuple[Tensor, Tensor, Tensor]:
+        """Support and query features and the query logits against the adapted prototypes."""
         n_support = batch.support.shape[1]
         features = self.backbone(torch.cat([batch.support, batch.query], 1))
         support, query = features[:, :n_support], features[:, n_support:]
         adapted = self.attention(prototypes(support, batch.ways))
-        logits = negative_squared_distances(query, adapted) / self.temperature
+        return support, query, negative_squared_distances(query, adapted) / self.temperature
+
+    @override
+    def query_logits(self, batch: Episode) -> Tensor:
+        return self._embed(batch)[2]
+
+    @override
+    def episode_losses(self, batch: Episode) -> EpisodeOutput:
+        support, query, logits = self._embed(batch)
         cross_entropy, accuracies = query_loss(logits, batch.query_labels)
         if not self.training:
             return EpisodeOutput(cross_entropy, accuracies)

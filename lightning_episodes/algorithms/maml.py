@@ -185,6 +185,11 @@ class MAML(EpisodicModule):
 
     @override
     def episode_losses(self, batch: Episode) -> EpisodeOutput:
+        return EpisodeOutput(*query_loss(self.query_logits(batch), batch.query_labels))
+
+    @override
+    def query_logits(self, batch: Episode) -> Tensor:
+        """Query logits under the parameters adapted to each episode's support set."""
         self._check_ways(batch.ways)
         steps, create_graph = self._inner_loop()
         params = {name: p for name, p in self.named_parameters() if p.requires_grad}
@@ -195,4 +200,4 @@ class MAML(EpisodicModule):
             )
             with self._outer_grad():
                 logits.append(functional_call(self, fast, (batch.query[i],)))
-        return EpisodeOutput(*query_loss(torch.stack(logits), batch.query_labels))
+        return torch.stack(logits)

@@ -106,14 +106,19 @@ class Pretrain(EpisodicModule):
 
     @override
     def episode_losses(self, batch: Episode) -> EpisodeOutput:
+        if not self.training:
+            return EpisodeOutput(*query_loss(self.query_logits(batch), batch.query_labels))
+        features = self.backbone(torch.cat([batch.support, batch.query], 1))
+        labels = torch.cat([batch.support_labels, batch.query_labels], 1)
+        return EpisodeOutput(*self.classification(features, batch.identity.classes.gather(1, labels)))
+
+    @override
+    def query_logits(self, batch: Episode) -> Tensor:
+        """Queries scored by squared Euclidean distance to the class prototypes (how it is evaluated)."""
         n_support = batch.support.shape[1]
         features = self.backbone(torch.cat([batch.support, batch.query], 1))
-        if self.training:
-            labels = torch.cat([batch.support_labels, batch.query_labels], 1)
-            return EpisodeOutput(*self.classification(features, batch.identity.classes.gather(1, labels)))
         protos = prototypes(features[:, :n_support], batch.ways)
-        logits = -(features[:, n_support:, None] - protos[:, None]).pow(2).sum(-1)
-        return EpisodeOutput(*query_loss(logits, batch.query_labels))
+        return -(features[:, n_support:, None] - protos[:, None]).pow(2).sum(-1)
 
     @override
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:

@@ -83,8 +83,11 @@ class ProtoNet(EpisodicModule):
         return self.scale * F.normalize(query, dim=-1) @ F.normalize(protos, dim=-1).transpose(1, 2)
 
     @override
-    def episode_losses(self, batch: Episode) -> EpisodeOutput:
+    def query_logits(self, batch: Episode) -> Tensor:
         n_support = batch.support.shape[1]
         features = self.backbone(torch.cat([batch.support, batch.query], 1))
-        logits = self.logits(features[:, :n_support], features[:, n_support:], batch.ways)
-        return EpisodeOutput(*query_loss(logits, batch.query_labels))
+        return self.logits(features[:, :n_support], features[:, n_support:], batch.ways)
+
+    @override
+    def episode_losses(self, batch: Episode) -> EpisodeOutput:
+        return EpisodeOutput(*query_loss(self.query_logits(batch), batch.query_labels))
