@@ -28,18 +28,15 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from PIL import Image, UnidentifiedImageError
 
 from lightning_episodes.algorithms.base import EpisodicModule
 from lightning_episodes.algorithms.loading import load_episodic_module
 from lightning_episodes.algorithms.maml import MAML
 from lightning_episodes.data.assembly import EpisodeAssembler
 from lightning_episodes.data.datasets.cache import image_array
+from lightning_episodes.data.datasets.folder import class_files, image_files, open_image
 from lightning_episodes.data.episode import Episode, EpisodeIdentity, episode_labels
 from lightning_episodes.models import set_eval_batch_norm
-
-#: File name endings read as images (case-insensitive).
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp")
 
 
 @dataclass(frozen=True)
@@ -57,50 +54,17 @@ class Prediction:
     probabilities: dict[str, float]
 
 
-def image_files(folder: Path, what: str) -> list[Path]:
-    """The image files directly in ``folder``, sorted by name.
-
-    Raises:
-        FileNotFoundError: if ``folder`` does not exist.
-        ValueError: if it is not a folder, holds a sub-folder or a file that is not an image, or no image.
-    """
-    if not folder.exists():
-        raise FileNotFoundError(f"{what} {folder} does not exist")
-    if not folder.is_dir():
-        raise ValueError(f"{what} {folder} is not a folder")
-    files = []
-    for path in sorted(folder.iterdir()):
-        if path.name.startswith("."):
-            continue
-        if path.is_dir():
-            raise ValueError(f"{what} {folder} holds a sub-folder, {path.name}/: it must hold images only")
-        if path.suffix.lower() not in IMAGE_SUFFIXES:
-            raise ValueError(f"{path} is not an image file (expected one of {', '.join(IMAGE_SUFFIXES)})")
-        files.append(path)
-    if not files:
-        raise ValueError(f"{what} {folder} holds no image")
-    return files
-
-
 def support_classes(support_dir: Path) -> dict[str, list[Path]]:
     """Class name -> its image files, from one sub-folder per class (sorted by name).
 
     Raises:
         FileNotFoundError: if ``support_dir`` does not exist.
-        ValueError: if it holds files beside the class folders, no class, an empty class folder, or classes with
-            different numbers of images.
+        ValueError: if it holds files beside the class folders, no class, an empty class folder, a file that is not
+            an image, or classes with different numbers of images.
     """
     if not support_dir.is_dir():
         raise FileNotFoundError(f"support folder {support_dir} does not exist or is not a folder")
-    entries = [p for p in sorted(support_dir.iterdir()) if not p.name.startswith(".")]
-    loose = [p.name for p in entries if not p.is_dir()]
-    if loose:
-        raise ValueError(
-            f"support folder {support_dir} must hold one sub-folder per class, found files: {', '.join(loose[:3])}"
-        )
-    if not entries:
-        raise ValueError(f"support folder {support_dir} holds no class sub-folder")
-    classes = {p.name: image_files(p, f"support class folder of {p.name!r}") for p in entries}
+    classes = class_files(support_dir)
     shots = {name: len(files) for name, files in classes.items()}
     if len(set(shots.values())) > 1:
         counts = ", ".join(f"{name}: {count}" for name, count in shots.items())
@@ -114,11 +78,7 @@ def load_image(path: Path, channels: int, image_size: int) -> np.ndarray:
     Raises:
         ValueError: naming the file, if Pillow cannot read it.
     """
-    try:
-        with Image.open(path) as image:
-            return image_array(image, image_size, channels)
-    except (UnidentifiedImageError, OSError) as error:
-        raise ValueError(f"{path} is not a readable image ({error})") from None
+    return image_array(open_image(path), image_size, channels)
 
 
 def _input_shape(module: EpisodicModule) -> tuple[int, int]:

@@ -214,6 +214,9 @@ class EpisodicModule(pl.LightningModule):
             # so users need no Trainer flag
             for loop in (self.trainer.validate_loop, self.trainer.test_loop):
                 loop.inference_mode = False
+        data = getattr(getattr(self.trainer, "datamodule", None), "data", None)
+        if stage == "fit" and data is not None:  # the data module is set up first
+            self.input_normalization = {"mean": [float(m) for m in data.mean], "std": [float(s) for s in data.std]}
 
     def _evaluate(self, batch: Episode, accuracy: EpisodeMeanCI, loss: EpisodeMeanCI) -> EpisodeOutput:
         with torch.enable_grad() if self.requires_grad_in_evaluation else torch.no_grad():
@@ -321,9 +324,6 @@ class EpisodicModule(pl.LightningModule):
                 value = getattr(datamodule, key if key != "dataset" else "dataset_name", None)
                 if isinstance(value, int | str):
                     info[key] = value
-            data = getattr(datamodule, "data", None)
-            if data is not None:
-                self.input_normalization = {"mean": [float(m) for m in data.mean], "std": [float(s) for s in data.std]}
         checkpoint["lightning_episodes"] = info
         if self.input_normalization is not None:
             checkpoint["input_normalization"] = self.input_normalization

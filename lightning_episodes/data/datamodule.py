@@ -156,7 +156,12 @@ class EpisodicDataModule(pl.LightningDataModule):
                 self.samplers[split] = EpisodeSampler(self.data.labels, classes, ways, shots, queries, prefix)
             except ValueError as error:
                 split_name = self.test_split if split == "test" else split
-                raise ValueError(f"data.{error} (dataset {self.dataset_name!r}, split {split_name!r})") from None
+                counts = torch.bincount(self.data.labels, minlength=self.data.num_classes)[classes]
+                smallest = f"{self.data.class_names[classes[int(counts.argmin())]]!r} with {int(counts.min())} images"
+                raise ValueError(
+                    f"data.{error} (dataset {self.dataset_name!r}, split {split_name!r}: {len(classes)} classes, "
+                    f"the smallest {smallest})"
+                ) from None
         if self.episodes_per_batch % self.world_size:
             raise ValueError(
                 f"data.episodes_per_batch={self.episodes_per_batch} must be divisible by the number of "

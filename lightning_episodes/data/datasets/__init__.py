@@ -5,6 +5,7 @@ from lightning_episodes.data.datasets import (  # noqa: E402, F401
     cub200,
     dtd,
     fgvc_aircraft,
+    folder,
     glyphs,
     glyphs_hard,
     mini_imagenet,

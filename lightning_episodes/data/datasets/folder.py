@@ -1,0 +1,213 @@
+"""Your own images as a few-shot dataset: ``--data.dataset folder --data.root ROOT``.
+
+Layout (the layout of Omniglot- or Mini-ImageNet-style exports)::
+
+    ROOT/train/<class name>/<image>
+    ROOT/val/<class name>/<image>          (or ROOT/validation/...)
+    ROOT/test/<class name>/<image>
+
+Images are PNG, JPEG, BMP, GIF, TIFF or WebP files (by their ending, case-insensitive); names starting with
+``.`` are ignored, any other file is an error. Classes are ordered by name within their split and images by
+file name, so the dataset does not depend on directory listing order. Every image is converted once into the
+uint8 cache of :mod:`~lightning_episodes.data.datasets.cache` (resized to ``data.image_size`` and converted to
+``data.channels``, as every dataset is)::
+
+    <cache_dir or ROOT>/folder-<fingerprint>-<image_size>px-<channels>ch-v<version>.pt
+
+The fingerprint (12 hex digits) is a hash of every image's path, size and modification time: adding, removing,
+replacing or touching an image gives another cache file, built on the next load (the old one is left in place
+and can be deleted). Normalisation uses the mean and standard deviation per channel of the training images,
+computed from the cache. Episodes are checked against the splits like every dataset's: a split needs at least
+``ways`` classes and each of its classes ``shots + queries`` images (checked when the data module is set up).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import torch
+from PIL import Image, UnidentifiedImageError
+
+from lightning_episodes.data.datasets.base import SPLITS, ImageDataset, register_dataset
+from lightning_episodes.data.datasets.cache import CacheSpec, SourceSplit, load_cached
+
+NAME = "folder"
+#: File name endings read as images (case-insensitive).
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp")
+#: The folder names accepted for each split.
+SPLIT_FOLDERS = {"train": ("train",), "validation": ("val", "validation"), "test": ("test",)}
+LAYOUT = """\
+  {root}/train/<class>/<image>.png|jpg|jpeg|...
+  {root}/val/<class>/<image>  (or {root}/validation/...)
+  {root}/test/<class>/<image>"""
+
+
+def open_image(path: Path) -> Image.Image:
+    """The decoded image in ``path``, detached from its file.
+
+    Raises:
+        ValueError: naming the file, if Pillow cannot read it.
+    """
+    try:
+        with Image.open(path) as image:
+            image.load()
+            return image.copy()
+    except (UnidentifiedImageError, OSError) as error:
+        raise ValueError(f"{path} is not a readable image ({error})") from None
+
+
+def image_files(folder: Path, what: str) -> list[Path]:
+    """The image files directly in ``folder``, sorted by name.
+
+    Raises:
+        FileNotFoundError: if ``folder`` does not exist.
+        ValueError: if it is not a folder, holds a sub-folder or a file that is not an image, or no image.
+    """
+    if not folder.exists():
+        raise FileNotFoundError(f"{what} {folder} does not exist")
+    if not folder.is_dir():
+        raise ValueError(f"{what} {folder} is not a folder")
+    files = []
+    for path in sorted(folder.iterdir()):
+        if path.name.startswith("."):
+            continue
+        if path.is_dir():
+            raise ValueError(f"{what} {folder} holds a sub-folder, {path.name}/: it must hold images only")
+        if path.suffix.lower() not in IMAGE_SUFFIXES:
+            raise ValueError(f"{path} is not an image file (expected one of {', '.join(IMAGE_SUFFIXES)})")
+        files.append(path)
+    if not files:
+        raise ValueError(f"{what} {folder} holds no image")
+    return files
+
+
+class ImageFiles:
+    """Map-style samples: ``(decoded image, local label)`` of image files."""
+
+    def __init__(self, files: list[Path], labels: list[int]) -> None:
+        self.files, self.labels = files, labels
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def __getitem__(self, index: int) -> tuple[Image.Image, int]:
+        return open_image(self.files[index]), self.labels[index]
+
+
+def split_folders(root: Path) -> dict[str, Path]:
+    """``train``/``validation``/``test`` -> its folder under ``root``.
+
+    Raises:
+        FileNotFoundError: if ``root`` or a split folder is missing.
+        ValueError: if both ``val`` and ``validation`` exist.
+    """
+    if not root.is_dir():
+        raise FileNotFoundError(
+            f"data.root={str(root)!r} is not a folder; the folder dataset expects\n{LAYOUT.format(root=root)}"
+        )
+    folders = {}
+    for split, names in SPLIT_FOLDERS.items():
+        found = [root / name for name in names if (root / name).is_dir()]
+        if len(found) > 1:
+            raise ValueError(f"{root} has both {found[0].name}/ and {found[1].name}/: keep one validation folder")
+        if not found:
+            raise FileNotFoundError(
+                f"{root} has no {' or '.join(f'{n}/' for n in names)} folder; the folder dataset expects\n"
+                + LAYOUT.format(root=root)
+            )
+        folders[split] = found[0]
+    return folders
+
+
+def class_files(folder: Path) -> dict[str, list[Path]]:
+    """Class name -> image files, one sub-folder per class, sorted by name.
+
+    Raises:
+        ValueError: if ``folder`` holds files beside its class folders, no class, or an empty class folder.
+    """
+    entries = [p for p in sorted(folder.iterdir()) if not p.name.startswith(".")]
+    loose = [p.name for p in entries if not p.is_dir()]
+    if loose:
+        raise ValueError(f"{folder} must hold one sub-folder per class, found files: {', '.join(loose[:3])}")
+    if not entries:
+        raise ValueError(f"{folder} holds no class sub-folder")
+    return {p.name: image_files(p, f"class folder {p.name!r}") for p in entries}
+
+
+def fingerprint(tree: dict[str, dict[str, list[Path]]]) -> str:
+    """12 hex digits of a hash of every image's split, class, name, size and modification time."""
+    digest = hashlib.sha256()
+    for split, classes in tree.items():
+        for name, files in classes.items():
+            for path in files:
+                stat = path.stat()
+                digest.update(f"{split}/{name}/{path.name}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+    return digest.hexdigest()[:12]
+
+
+@register_dataset(NAME)
+def load_folder(
+    root: Path | None = None,
+    image_size: int | None = None,
+    channels: int | None = None,
+    download: bool = False,
+    cache_dir: str | Path | None = None,
+) -> ImageDataset:
+    """Load ``root/<split>/<class>/<image>`` images, converting them into the uint8 cache on first use.
+
+    Args:
+        root: the folder holding ``train/``, ``val/`` (or ``validation/``) and ``test/`` (required).
+        image_size: side of the stored square images in pixels (default 84).
+        channels: 3 (RGB, default) or 1 (grayscale).
+        download: must be false (there is nothing to download).
+        cache_dir: folder of the converted cache (default ``root``).
+
+    Returns:
+        The dataset, classes ordered train, validation, test (each by name).
+
+    Raises:
+        FileNotFoundError: if ``root`` or a split folder is missing.
+        ValueError: without ``root``, with ``download``, for files that are not images, an empty class folder, or a
+            bad ``image_size``/``channels``.
+    """
+    if root is None:
+        raise ValueError(f"data.dataset=folder needs data.root: the folder laid out as\n{LAYOUT.format(root='ROOT')}")
+    if download:
+        raise ValueError("data.download=true: the folder dataset reads local files, there is nothing to download")
+    root = Path(root).expanduser()
+    tree = {split: class_files(folder) for split, folder in split_folders(root).items()}
+    spec = CacheSpec.resolve(NAME, root, image_size, channels, cache_dir)
+    key = fingerprint(tree)
+    spec = dataclasses.replace(
+        spec, path=spec.path.with_name(f"{NAME}-{key}-{spec.path.name.removeprefix(NAME + '-')}")
+    )
+    placeholder = (0.0,) * spec.channels, (1.0,) * spec.channels  # replaced by the training images' statistics
+    data = load_cached(spec, lambda: _read_splits(tree), *placeholder)
+    mean, std = _statistics(data)
+    return dataclasses.replace(data, mean=mean, std=std)
+
+
+def _read_splits(tree: dict[str, dict[str, list[Path]]]) -> Iterator[SourceSplit]:
+    for split in SPLITS:
+        classes = tree[split]
+        files = [path for name in classes for path in classes[name]]
+        labels = [label for label, name in enumerate(classes) for _ in classes[name]]
+        yield SourceSplit(split, list(classes), ImageFiles(files, labels), len(classes))
+
+
+def _statistics(data: ImageDataset) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """Per-channel mean and standard deviation of the training images / 255 (float64, in chunks)."""
+    rows = torch.isin(data.labels, torch.tensor(data.splits["train"])).nonzero().flatten()
+    total = torch.zeros(data.images.shape[1], dtype=torch.float64)
+    squares = torch.zeros_like(total)
+    for chunk in rows.split(4096):
+        pixels = data.images[chunk].double().div_(255).transpose(0, 1).flatten(1)
+        total += pixels.sum(1)
+        squares += pixels.square().sum(1)
+    count = len(rows) * data.images.shape[2] * data.images.shape[3]
+    mean = total / count
+    std = (squares / count - mean.square()).clamp_min(0).sqrt().clamp_min(1e-6)
+    return tuple(mean.tolist()), tuple(std.tolist())
