@@ -14,6 +14,7 @@ import math
 from pathlib import Path
 from typing import Any, Final, Literal, NamedTuple
 
+import numpy as np
 import pytorch_lightning as pl
 import torch
 from pytorch_lightning.callbacks import Callback
@@ -48,6 +49,8 @@ __all__ = ["ESTIMATES", "DifficultyWeightingCallback", "WeightingStep"]
 
 # non-finite episodes are always counted (and logged); only the first few steps with some are warned about
 _MAX_WARNINGS: Final[int] = 10
+# a proposal that misfits is said so at the end of the warm-up; it is said again only if it fitted in between
+_MAX_FIT_WARNINGS: Final[int] = 3
 
 
 class WeightingStep(NamedTuple):
@@ -128,7 +131,8 @@ class DifficultyWeightingCallback(Callback):
         running_decay: weight of the old value in ``running``'s average of ``sum w``, in ``[0, 1)``.
         shuffle_weights: placebo control: permute each step's weights among its episodes (same permutation on
             every rank, from ``seed`` and the step): the same weight variance, no targeting.
-        seed: seeds the placebo's permutations (``torch.Generator`` seeded with ``seed * 2**32 + step``).
+        seed: seeds the placebo's permutations (a ``torch.Generator`` seeded from
+            ``numpy.random.SeedSequence([seed, step])``).
         log_grad_norm: log ``weighting/grad_norm``, the total gradient norm before the optimizer step.
         reference_checkpoint: the offline reference model's checkpoint (required for ``"offline"``).
         offline_episodes: training episodes the reference scores to fix ``q`` offline.
@@ -205,7 +209,7 @@ class DifficultyWeightingCallback(Callback):
         self.last_step: WeightingStep | None = None
         self._previous: WeightingStrategy | None = None
         self._pending: WeightingStep | None = None
-        self._warnings, self._verdict = 0, ""
+        self._warnings, self._fit_warnings, self._verdict = 0, 0, ""
 
     @property
     def options(self) -> dict[str, str | int | float | bool | None]:
@@ -318,7 +322,9 @@ class DifficultyWeightingCallback(Callback):
         )
         shuffled = raw
         if self.shuffle_weights and not warmup:
-            generator = torch.Generator().manual_seed((self.seed * 2**32 + trainer.global_step) % 2**63)
+            # SeedSequence mixes both into the 32 bits torch's CPU generator keeps (it drops a seed's upper bits)
+            state = np.random.SeedSequence([self.seed, trainer.global_step]).generate_state(1)[0]
+            generator = torch.Generator().manual_seed(int(state))
             shuffled = raw[torch.randperm(raw.numel(), generator=generator).to(raw.device)]
         result = self.normalizer.normalize(shuffled)
         self._pending = WeightingStep(
@@ -363,12 +369,15 @@ class DifficultyWeightingCallback(Callback):
                 self._check_fit()
 
     def _check_fit(self) -> None:
-        """Warns (once per change of verdict) when another proposal fits the recent difficulties better."""
+        """Warns when the proposal starts to misfit the recent difficulties (another fits better), naming the best;
+        again only after it fitted in between, and at most :data:`_MAX_FIT_WARNINGS` times a run."""
         better, scores = better_proposal(self.diagnostics.difficulties, self.proposal)
-        if (better or "") == self._verdict:
+        verdict = "misfit" if better is not None else "fit"
+        if verdict == self._verdict or better is None and not self._verdict:
             return
-        self._verdict = better or ""
-        if better is not None:
+        self._verdict = verdict
+        if better is not None and self._fit_warnings < _MAX_FIT_WARNINGS:
+            self._fit_warnings += 1
             listed = ", ".join(f"{name} {score:.3f}" for name, score in scores.items())
             rank_zero_warn(
                 f"DifficultyWeightingCallback: proposal={self.proposal!r} misfits the difficulty distribution "
@@ -431,6 +440,7 @@ class DifficultyWeightingCallback(Callback):
             "skipped_steps": int(self.skipped_steps),
             "nonfinite_episodes": int(self.nonfinite_episodes),
             "verdict": self._verdict,
+            "fit_warnings": int(self._fit_warnings),
         }
         if self.offline_scored:
             state["offline"] = {"episodes": int(self.offline_scored), "reference": str(self.reference_checkpoint)}
@@ -443,6 +453,7 @@ class DifficultyWeightingCallback(Callback):
         self.skipped_steps = int(state_dict.get("skipped_steps", 0))
         self.nonfinite_episodes = int(state_dict.get("nonfinite_episodes", 0))
         self._verdict = str(state_dict.get("verdict", ""))
+        self._fit_warnings = int(state_dict.get("fit_warnings", 0))
         offline = state_dict.get("offline")
         if self.estimate == "online":
             self.proposal_model.load_state_dict(state_dict.get("estimator", {}))

@@ -78,7 +78,8 @@ def gpd_fit(exceedances: np.ndarray) -> tuple[float, float]:
     theta += 1.0 / x[-1]
     k_grid = np.log1p(-theta[:, None] * x).mean(axis=1)
     profile = n * (np.log(-theta / k_grid) - k_grid - 1.0)
-    weights = 1.0 / np.exp(profile - profile[:, None]).sum(axis=1)
+    with np.errstate(over="ignore"):  # exp overflows to inf for negligible grid points: their weight is then 0
+        weights = 1.0 / np.exp(profile - profile[:, None]).sum(axis=1)
     keep = weights >= 10 * np.finfo(float).eps
     weights, theta = weights[keep] / weights[keep].sum(), theta[keep]
     theta_post = float(np.sum(theta * weights))

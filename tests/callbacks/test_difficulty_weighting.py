@@ -336,10 +336,22 @@ class SubclassedWeighting(DifficultyWeightingCallback):
 
 @pytest.mark.filterwarnings("ignore:Checkpoint directory .* exists and is not empty")
 @pytest.mark.slow
-@pytest.mark.parametrize(("target", "k"), [("uniform", 1), ("curriculum", 3)])
-def test_crash_and_resume_equals_an_uninterrupted_run(tmp_path: Path, target: str, k: int) -> None:
+@pytest.mark.parametrize(
+    ("case", "k", "total"),
+    [
+        ({"target": "uniform"}, 1, 6),
+        ({"target": "curriculum"}, 3, 6),
+        # every proposal and normaliser, and the placebo; psis runs until its window (>= 21 weights) smooths
+        ({"proposal": "lognormal", "normalization": "running"}, 3, 6),
+        ({"proposal": "empirical", "normalization": "psis", "shuffle_weights": True}, 5, 8),
+        ({"proposal": "normal", "normalization": "truncated", "shuffle_weights": True}, 3, 6),
+        ({"proposal": "empirical", "normalization": "self"}, 4, 6),
+    ],
+    ids=["uniform", "curriculum", "lognormal-running", "empirical-psis-placebo", "truncated-placebo", "empirical"],
+)
+def test_crash_and_resume_equals_an_uninterrupted_run(tmp_path: Path, case: dict[str, Any], k: int, total: int) -> None:
     """Stopped after step k (inside the warm-up for k = 1) and resumed: the same weights and parameters, bit for bit."""
-    total, options = 6, {"target": target, "warmup_steps": 2, "decay": 0.8}
+    options = {"warmup_steps": 2, "decay": 0.8, "window": 40, **case}
     straight_callback = DifficultyWeightingCallback(**options)
     _, straight, straight_rec = _fit(straight_callback, max_steps=total)
 
@@ -366,7 +378,12 @@ def test_crash_and_resume_equals_an_uninterrupted_run(tmp_path: Path, target: st
     for ours, theirs in zip(recorder.steps, straight_rec.steps[k:], strict=True):
         assert torch.equal(ours.difficulties, theirs.difficulties)
         assert torch.equal(ours.weights, theirs.weights)
-        assert (ours.mu, ours.sigma, ours.progress) == (theirs.mu, theirs.sigma, theirs.progress)
+        assert (ours.mu, ours.sigma, ours.progress, ours.support) == (
+            theirs.mu,
+            theirs.sigma,
+            theirs.progress,
+            theirs.support,
+        )
     assert same_state(resumed.state_dict(), straight_callback.state_dict())
     expected = straight.state_dict()
     for key, value in model.state_dict().items():

@@ -6,6 +6,7 @@ import csv
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 from pytorch_lightning.callbacks import ModelCheckpoint
 
@@ -129,3 +130,17 @@ def test_every_scheme_trains_and_tests_through_the_cli(
 def test_offline_scheme_without_reference_fails_with_instructions(base: tuple[Path, list[str]]) -> None:
     with pytest.raises(ValueError, match=r"--trainer.callbacks.reference_checkpoint=PATH"):
         main(["fit", *_args(base, "uniform_offline")])
+
+
+def test_the_placebo_config_trains_with_permuted_uniform_weights(base: tuple[Path, list[str]]) -> None:
+    extra = [f"--trainer.callbacks.warmup_steps={WARMUP}"]
+    cli = main(["fit", *_args(base, "uniform_online_placebo", *extra)])
+    weighting = next(c for c in cli.trainer.callbacks if isinstance(c, DifficultyWeightingCallback))
+    assert (weighting.target_name, weighting.estimate, weighting.shuffle_weights) == ("uniform", "online", True)
+    step = weighting.last_step
+    assert step is not None
+    assert step.raw_weights is not None
+    assert not step.warmup
+    # the loss used a permutation of the step's uniform weights: the same multiset
+    assert torch.equal(step.weights.sort().values, step.raw_weights.sort().values)
+    assert len(_logged(cli.trainer.log_dir)) == STEPS

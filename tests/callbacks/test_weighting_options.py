@@ -1,0 +1,209 @@
+"""DifficultyWeightingCallback's options through the real Trainer: the default path is today's estimator bit for bit,
+each normaliser gives the loss of its formula, the placebo permutes, the gradient norm and the diagnostics are
+logged, a misfitting proposal is named; and the console script accepts and checks the options."""
+
+from __future__ import annotations
+
+import csv
+import math
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import pytorch_lightning as pl
+import torch
+import yaml
+from pytorch_lightning.callbacks import Callback
+
+from lightning_episodes import ProtoNet
+from lightning_episodes.algorithms.base import EpisodeOutput
+from lightning_episodes.callbacks import DifficultyWeightingCallback
+from lightning_episodes.data import Episode
+from lightning_episodes.weighting import DifficultyEstimator, importance_weights, truncate_weights, weighted_loss
+from tests.callbacks.test_difficulty_weighting import GradientRecorder, RiggedProtoNet, _fit
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class OutputRecorder(Callback):
+    """The loss and the per-episode difficulties (= losses for ProtoNet) the module returned at every step."""
+
+    def __init__(self) -> None:
+        self.outputs: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, *args: Any) -> None:
+        self.outputs.append((outputs["loss"].detach().clone(), outputs["difficulties"].clone()))
+
+
+def test_the_default_path_is_todays_estimator_bit_for_bit() -> None:
+    """Default options: the weights and the loss are importance_weights + weighted_loss of the paper's estimator,
+    computed here independently of the callback, with exact equality."""
+    outputs = OutputRecorder()
+    callback = DifficultyWeightingCallback(warmup_steps=3)
+    _, _, recorder = _fit(callback, max_steps=8, extra=[outputs])
+    estimator = DifficultyEstimator(warmup_steps=3)
+    for step, (loss, difficulties) in zip(recorder.steps, outputs.outputs, strict=True):
+        if estimator.ready:
+            weights = importance_weights(difficulties, estimator.mu, estimator.sigma)
+        else:
+            weights = torch.ones_like(difficulties)
+        assert torch.equal(step.weights, weights.double())
+        assert torch.equal(loss, weighted_loss(difficulties, weights).loss)
+        estimator.update(difficulties)
+    assert callback.proposal_model.state_dict() == estimator.state_dict()
+
+
+@pytest.mark.parametrize("proposal", ["normal", "lognormal", "empirical"])
+@pytest.mark.parametrize("normalization", ["ess", "self", "truncated", "psis", "running"])
+def test_each_normaliser_gives_the_loss_of_its_formula(proposal: str, normalization: str) -> None:
+    outputs = OutputRecorder()
+    callback = DifficultyWeightingCallback(
+        proposal=proposal, normalization=normalization, warmup_steps=2, running_decay=0.5, window=40
+    )
+    steps = 14 if normalization == "psis" else 6  # psis smooths once its window holds >= 21 weights
+    # heavy-tailed difficulties (constant offsets: the gradient is unchanged), so that large weights come up
+    generator = torch.Generator().manual_seed(0)
+    rig = {t: torch.exp(torch.randn(4, generator=generator)) for t in range(steps)}
+    _, _, recorder = _fit(callback, RiggedProtoNet(rig, image_size=16), max_steps=steps, extra=[outputs])
+    average = None
+    smoothed = False
+    for step, log, (loss, losses) in zip(recorder.steps, recorder.logged, outputs.outputs, strict=True):
+        assert step.raw_weights is not None
+        raw, w, d = step.raw_weights, step.weights, losses.double()
+        assert torch.isfinite(w).all()
+        assert (w >= 0).all()
+        total = float(raw.sum())
+        average = total if average is None else 0.5 * average + 0.5 * total
+        if normalization == "ess":
+            expected = float((w * d).sum() / ((w.sum() ** 2) / (w * w).sum()))
+        elif normalization == "running":
+            expected = float((w * d).sum() / average)
+        else:
+            expected = float((w * d).sum() / w.sum())
+        assert float(loss) == pytest.approx(expected, rel=1e-5), step.step
+        if normalization == "truncated":
+            assert torch.equal(w, truncate_weights(raw.float()).double())  # float32, as the losses
+        if normalization in ("ess", "self", "running"):
+            assert torch.equal(w, raw)
+        smoothed = smoothed or not torch.equal(w, raw)
+        for key in ("pareto_k", "sum_w_over_ess", "skewness", "normality_p", "low", "high"):
+            assert key in log
+        assert log["low"] < log["high"] or step.warmup
+    if normalization == "psis":
+        assert smoothed, "the largest weights were never smoothed"
+
+
+def test_the_placebo_permutes_each_steps_weights_deterministically() -> None:
+    runs = {}
+    for seed in (3, 3, 4):
+        callback = DifficultyWeightingCallback(warmup_steps=2, shuffle_weights=True, seed=seed)
+        _, _, recorder = _fit(callback, max_steps=6)
+        runs.setdefault(seed, []).append(recorder.steps)
+    permuted = False
+    for step in runs[3][0][2:]:
+        assert step.raw_weights is not None
+        generator = torch.Generator().manual_seed(int(np.random.SeedSequence([3, step.step]).generate_state(1)[0]))
+        expected = step.raw_weights[torch.randperm(4, generator=generator)]
+        assert torch.equal(step.weights, expected)
+        assert torch.equal(step.weights.sort().values, step.raw_weights.sort().values)  # the same multiset
+        permuted = permuted or not torch.equal(step.weights, step.raw_weights)
+    assert permuted
+    for first, again in zip(runs[3][0], runs[3][1], strict=True):
+        assert torch.equal(first.weights, again.weights)
+    assert any(not torch.equal(a.weights, b.weights) for a, b in zip(runs[3][0][2:], runs[4][0][2:], strict=True))
+
+
+def test_the_gradient_norm_is_logged_before_the_optimizer_step() -> None:
+    grads = GradientRecorder()
+    callback = DifficultyWeightingCallback(warmup_steps=2, log_grad_norm=True)
+    _, _, recorder = _fit(callback, max_steps=4, extra=[grads])
+    for t, log in enumerate(recorder.logged):
+        assert log["grad_norm"] == pytest.approx(float(grads.grads[t].double().norm()), rel=1e-6)
+    _, _, without = _fit(DifficultyWeightingCallback(warmup_steps=2), max_steps=2)
+    assert "grad_norm" not in without.logged[-1]
+
+
+class LogNormalDifficulties(ProtoNet):
+    """ProtoNet whose episode difficulties are drawn from a log-normal law (its losses are untouched)."""
+
+    def episode_losses(self, batch: Episode) -> EpisodeOutput:
+        out = super().episode_losses(batch)
+        generator = torch.Generator().manual_seed(self.trainer.global_step)
+        draws = torch.exp(torch.randn(len(out.losses), generator=generator, dtype=torch.float64) * 0.8)
+        return EpisodeOutput(out.losses, out.accuracies, draws.to(out.losses))
+
+
+@pytest.mark.parametrize("proposal", ["normal", "lognormal"])
+def test_a_misfitting_proposal_is_named_once_at_the_end_of_the_warm_up(proposal: str) -> None:
+    callback = DifficultyWeightingCallback(proposal=proposal, warmup_steps=40)  # 160 difficulties
+    with pytest.warns() as caught:
+        _fit(callback, LogNormalDifficulties(image_size=16), max_steps=41, log_every_n_steps=50)
+    misfits = [str(w.message) for w in caught if "misfits" in str(w.message)]
+    if proposal == "normal":
+        assert len(misfits) == 1
+        assert "proposal='normal' misfits the difficulty distribution" in misfits[0]
+        assert "proposal='lognormal' fits better" in misfits[0] or "proposal='empirical' fits better" in misfits[0]
+    else:
+        assert misfits == []
+
+
+# -- the console script -----------------------------------------------------------------------------------------------
+
+
+def _console(tmp_path: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    config = yaml.safe_load((ROOT / "configs/quickstart.yaml").read_text())
+    config["trainer"]["default_root_dir"] = str(tmp_path)
+    config["trainer"]["logger"]["init_args"]["save_dir"] = str(tmp_path)
+    (tmp_path / "quickstart.yaml").write_text(yaml.safe_dump(config))
+    command = [
+        str(Path(sys.executable).parent / "lightning-episodes"), "fit", "--config", str(tmp_path / "quickstart.yaml"),
+        "--config", str(ROOT / "configs/sampling/uniform_online.yaml"), "--data.shots=1", "--data.val_episodes=10",
+        "--data.test_episodes=10", "--trainer.max_steps=6", "--trainer.val_check_interval=6",
+        "--trainer.log_every_n_steps=1", "--trainer.callbacks.warmup_steps=2", "--trainer.enable_progress_bar=false",
+        *extra,
+    ]  # fmt: skip
+    return subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.slow
+def test_the_console_script_takes_the_new_options(tmp_path: Path) -> None:
+    done = _console(
+        tmp_path,
+        "--trainer.callbacks.proposal", "lognormal",
+        "--trainer.callbacks.normalization", "psis",
+        "--trainer.callbacks.shuffle_weights", "true",
+        "--trainer.callbacks.log_grad_norm", "true",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    saved = yaml.safe_load(next(tmp_path.rglob("config.yaml")).read_text())
+    weighting = saved["trainer"]["callbacks"][-1]["init_args"]
+    assert (weighting["proposal"], weighting["normalization"], weighting["shuffle_weights"]) == (
+        "lognormal",
+        "psis",
+        True,
+    )
+    with open(next(tmp_path.rglob("metrics.csv"))) as handle:
+        rows = [row for row in csv.DictReader(handle) if row.get("weighting/ess")]
+    assert len(rows) == 6
+    for key in ("pareto_k", "sum_w_over_ess", "normality_p", "log_normality_p", "grad_norm", "low", "high"):
+        assert all(row[f"weighting/{key}"] for row in rows), key
+    assert all(math.isfinite(float(row["weighting/grad_norm"])) for row in rows)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        ("proposal", "online", r"proposal.*'normal', 'lognormal', 'empirical'"),
+        ("normalization", "clip", r"normalization.*'ess', 'self', 'truncated', 'psis', 'running'"),
+        ("window", "3", r"window must be an integer >= 10"),
+    ],
+)
+def test_the_console_script_names_a_bad_option(tmp_path: Path, option: str, value: str, message: str) -> None:
+    done = _console(tmp_path, f"--trainer.callbacks.{option}", value)
+    assert done.returncode != 0
+    assert re.search(message, done.stderr, flags=re.S), done.stderr[-3000:]
