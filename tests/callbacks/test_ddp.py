@@ -53,7 +53,9 @@ class Probe(DifficultyWeightingCallback):
         torch.save({"records": self.records, "state": self.state_dict()}, self.folder / name)
 
 
-def _run(devices: int, folder: Path, steps: int = STEPS, episodes: int = 4, **options: Any) -> dict[int, dict[str, Any]]:
+def _run(
+    devices: int, folder: Path, steps: int = STEPS, episodes: int = 4, **options: Any
+) -> dict[int, dict[str, Any]]:
     pl.seed_everything(0)
     probe = Probe(folder, warmup_steps=WARMUP, **options)
     # float64: in float32, 2 x 2 episodes and 1 x 4 episodes round differently in the convolutions (1e-6), and a
