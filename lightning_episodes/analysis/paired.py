@@ -3,7 +3,7 @@
 Every model of a scenario is tested on the same fixed test episodes (they depend only on the data seed), so two
 sampling schemes compare episode by episode: ``d_i`` = the treatment's accuracy on episode ``i`` minus the
 baseline's, each averaged over the arm's seeds. Pairing removes the spread of difficulty between episodes, which
-dominates each arm's own interval, so a small difference can be resolved on 1,000 episodes (DESIGN.md: "a paired
+dominates each arm's own interval, so a small difference can be resolved on 1,000 episodes (docs/method.md: "a paired
 per-episode difference with its confidence interval on the shared fixed test episodes").
 
 From the command line (``lightning-episodes compare``, see :func:`main`), on folders laid out by

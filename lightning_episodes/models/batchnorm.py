@@ -1,7 +1,7 @@
 """Batch normalisation with per-episode statistics.
 
 Few-shot training forwards a batch of episodes at once, but an episode's features must not depend on its
-batch-mates or on the number of devices (DESIGN.md, "Batch norm during training"): otherwise its
+batch-mates or on the number of devices (docs/method.md, "Batch norm during training"): otherwise its
 difficulty would. `EpisodicBatchNorm2d` therefore normalises every episode with its own statistics, as
 if the episodes were forwarded one by one through `torch.nn.BatchNorm2d` (the way learn2learn, which the
 paper used, processes them), in one vectorised pass.
@@ -45,7 +45,7 @@ class EpisodicBatchNorm2d(nn.Module):
       statistics, so evaluation cannot change the model.
     - Many processes (DDP): normalisation stays local, but with `sync_running_stats=True` the ranks
       all-gather their episodes' statistics (detached, `[B_local, 2C]`, in rank order, which is the
-      global batch order of DESIGN.md's slicing) before updating the buffers, so every rank's buffers
+      global batch order of docs/method.md's slicing) before updating the buffers, so every rank's buffers
       are those of one process forwarding the whole global batch. Like `SyncBatchNorm`, this is a
       collective in every training forward: all ranks must forward the same number of episodes the
       same number of times (DDP training does).
@@ -243,7 +243,7 @@ def _gather_in_rank_order(mean: Tensor, var: Tensor) -> tuple[Tensor, Tensor]:
 def set_eval_batch_norm(module: nn.Module, mode: EvalBatchNorm) -> int:
     """Choose the evaluation statistics of every `EpisodicBatchNorm2d` inside `module`.
 
-    DESIGN.md's `eval_batch_norm` option: `"running"` (the running buffers, for ProtoNet/FEAT) or
+    docs/method.md's `eval_batch_norm` option: `"running"` (the running buffers, for ProtoNet/FEAT) or
     `"episode"` (the episode's own statistics, buffers untouched; what modules without running buffers,
     as in MAML/ANIL, always do).
 

@@ -67,7 +67,7 @@ def _fit(
 def plain_estimates(
     batches: list[list[float]], decay: float, warmup: int, update: str
 ) -> list[tuple[float, float] | None]:
-    """DESIGN.md's estimator written out plainly: ``(mu, variance)`` before each step, ``None`` during warm-up."""
+    """docs/method.md's estimator written out plainly: ``(mu, variance)`` before each step, ``None`` during warm-up."""
     s1 = s2 = 0.0
     n = 0
     mu = var = 0.0

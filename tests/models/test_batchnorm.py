@@ -173,7 +173,7 @@ def _rank_forward(rank: int, world: int, rendezvous: str, state: dict, x: torch.
     try:
         norm = EpisodicBatchNorm2d(C)
         norm.load_state_dict(state)
-        local = x.chunk(world)[rank]  # DESIGN.md's slicing: rank r takes episodes [rB/W, (r+1)B/W)
+        local = x.chunk(world)[rank]  # docs/method.md's slicing: rank r takes episodes [rB/W, (r+1)B/W)
         out = norm(local).detach().numpy()
         # numpy arrays travel by value: shared-memory tensors would vanish with the exiting process
         results.put((rank, out, {key: value.numpy().copy() for key, value in norm.state_dict().items()}))

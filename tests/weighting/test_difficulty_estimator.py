@@ -1,4 +1,4 @@
-"""DifficultyEstimator against a plain re-implementation of DESIGN.md's formulas."""
+"""DifficultyEstimator against a plain re-implementation of docs/method.md's formulas."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from lightning_episodes.weighting import SIGMA_FLOOR, DifficultyEstimator, diffi
 
 
 def reference(stream: list[list[float]], decay: float, warmup_steps: int, update: str) -> list[tuple]:
-    """(ready, mu, variance) after each step, straight from DESIGN.md (warm-up keeps a list of values)."""
+    """(ready, mu, variance) after each step, straight from docs/method.md (warm-up keeps a list of values)."""
     history, warm, ready, mu, var = [], [], False, 0.0, 0.0
     for step, batch in enumerate(stream, start=1):
         finite = [v for v in batch if math.isfinite(v)]

@@ -1,4 +1,4 @@
-"""Importance weights against scipy's densities and hand computations (DESIGN.md, "The mathematics")."""
+"""Importance weights against scipy's densities and hand computations (docs/method.md, "Importance weights")."""
 
 from __future__ import annotations
 
@@ -71,7 +71,7 @@ def test_weights_match_scipy_densities(target: str, mode: str) -> None:
 
 @pytest.mark.parametrize("progress", [0.0, 0.5, 1.0])
 def test_curriculum_at_the_ends_of_its_schedule(progress: float) -> None:
-    # mu_t at an end of S: the renormalised target doubles there (DESIGN.md), scipy agrees.
+    # mu_t at an end of S: the renormalised target doubles there (docs/method.md), scipy agrees.
     mu, sigma, c = 1.0, 0.5, 2.0  # S = [0, 2], exact in binary
     omegas = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0], dtype=torch.float64)
     w = importance_weights(omegas, mu, sigma, "curriculum", c, progress=progress)

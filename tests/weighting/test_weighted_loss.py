@@ -51,7 +51,7 @@ def test_unit_weights_give_the_plain_mean() -> None:
     assert effective_sample_size(torch.ones(16)).item() == 16.0
     assert weighted_loss(losses, torch.ones(16)).batch_over_ess.item() == pytest.approx(1.0)
     # Constant weights other than 1: ESS = |B| still, so "ess" scales the mean by the weight (only
-    # w = 1 gives the plain mean, DESIGN.md), while "self" gives the mean.
+    # w = 1 gives the plain mean, docs/method.md), while "self" gives the mean.
     constant = torch.full((16,), 3.7, dtype=torch.float64)
     assert ess_weighted_loss(losses, constant).item() == pytest.approx(3.7 * losses.mean().item())
     assert ess_weighted_loss(losses, constant, "self").item() == pytest.approx(losses.mean().item())
