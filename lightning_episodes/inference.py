@@ -110,15 +110,16 @@ def predict_tensors(module: EpisodicModule, support: torch.Tensor, ways: int, qu
 
     The module is put in evaluation mode with its ``eval_batch_norm`` (and left so).
     """
+    device = support.device
     identity = EpisodeIdentity(
-        classes=torch.arange(ways)[None],
-        support_indices=torch.arange(len(support)).view(1, ways, -1),
-        query_indices=torch.arange(len(query)).view(1, 1, -1),  # unlabelled queries: no class to file them under
-        episode_ids=torch.zeros(1, dtype=torch.long),
+        classes=torch.arange(ways, device=device)[None],
+        support_indices=torch.arange(len(support), device=device).view(1, ways, -1),
+        # unlabelled queries: no class to file them under
+        query_indices=torch.arange(len(query), device=device).view(1, 1, -1),
+        episode_ids=torch.zeros(1, dtype=torch.long, device=device),
     )
-    shots = len(support) // ways
-    labels = episode_labels(1, ways, shots, support.device)
-    unknown = torch.full((1, len(query)), -1, dtype=torch.long, device=support.device)
+    labels = episode_labels(1, ways, len(support) // ways, device)
+    unknown = torch.full((1, len(query)), -1, dtype=torch.long, device=device)
     batch = Episode(support[None], labels, query[None], unknown, identity)
     module.eval()
     set_eval_batch_norm(module, module.eval_batch_norm)
