@@ -50,6 +50,8 @@ class Difficulty:
         shift: largest translation, as a fraction of the image side.
         min_contrast, max_contrast: luminance difference (in [0, 1]) between the glyph's mean colour and the
             background's mean colour.
+        variation: how far the background's colour field strays from its mean colour (1: each of the 4×4
+            nodes of the field draws its colour uniformly; 0: one flat colour).
         texture: largest amplitude of the background's colour grating.
         strokes: largest number of distractor strokes.
         stroke_in_glyph_colour: probability that an image's strokes share the glyph's colour.
@@ -62,22 +64,23 @@ class Difficulty:
         noise: largest standard deviation of the Gaussian pixel noise.
     """
 
-    rotation: float = 35.0
-    scale: tuple[float, float] = (0.6, 1.1)
-    shear: float = 0.3
-    shift: float = 0.12
-    min_contrast: float = 0.12
-    max_contrast: float = 0.6
-    texture: float = 0.25
-    strokes: int = 3
-    stroke_in_glyph_colour: float = 0.3
-    clutter: int = 2
-    occluder_probability: float = 0.6
-    occluder_size: tuple[float, float] = (0.2, 0.45)
-    contrast: tuple[float, float] = (0.6, 1.3)
-    brightness: float = 0.12
-    colour_cast: float = 0.2
-    noise: float = 0.05
+    rotation: float = 20.0
+    scale: tuple[float, float] = (0.75, 1.1)
+    shear: float = 0.2
+    shift: float = 0.08
+    min_contrast: float = 0.3
+    max_contrast: float = 0.7
+    variation: float = 1.0
+    texture: float = 0.12
+    strokes: int = 1
+    stroke_in_glyph_colour: float = 0.0
+    clutter: int = 0
+    occluder_probability: float = 0.3
+    occluder_size: tuple[float, float] = (0.15, 0.3)
+    contrast: tuple[float, float] = (0.85, 1.1)
+    brightness: float = 0.06
+    colour_cast: float = 0.08
+    noise: float = 0.03
 
     def key(self) -> str:
         """A short text naming every knob's value (for the cache fingerprint)."""
@@ -95,10 +98,12 @@ def _upsampler(low: int, high: int) -> np.ndarray:
     return matrix
 
 
-def _backgrounds(rng: np.random.Generator, n: int, size: int, amplitude: float) -> np.ndarray:
+def _backgrounds(rng: np.random.Generator, n: int, size: int, variation: float, amplitude: float) -> np.ndarray:
     """``[n, 3, size, size]`` textured colour backgrounds in [0, 1] (before clipping)."""
     up = _upsampler(4, size)
-    field = np.einsum("hi,ncij,wj->nchw", up, rng.uniform(0.0, 1.0, (n, 3, 4, 4)).astype(np.float32), up)
+    nodes, mean = rng.uniform(0.0, 1.0, (n, 3, 4, 4)), rng.uniform(0.0, 1.0, (n, 3, 1, 1))
+    nodes = (mean + variation * (nodes - mean)).astype(np.float32)
+    field = np.einsum("hi,ncij,wj->nchw", up, nodes, up)
     angle, phase = rng.uniform(0.0, math.pi, n), rng.uniform(0.0, 2 * math.pi, n)
     frequency = rng.uniform(1.5, 6.0, n) * 2 * math.pi / size
     y, x = np.mgrid[0:size, 0:size].astype(np.float32)
@@ -227,7 +232,7 @@ def render_character(
     )
     if (glyph.max(axis=(1, 2, 3)) <= 0).any():
         raise RuntimeError(f"rendering {ch!r} at {image_size} px left no ink")
-    image = _backgrounds(colours, n, image_size, knobs.texture)
+    image = _backgrounds(colours, n, image_size, knobs.variation, knobs.texture)
     mean = image.mean(axis=(2, 3))
     clutter_colour = _colours_against(colours, mean, knobs)
     first, second = _colours_against(colours, mean, knobs), _colours_against(colours, mean, knobs)
@@ -238,7 +243,7 @@ def render_character(
     y, x = (np.mgrid[0:image_size, 0:image_size].astype(np.float32) + 0.5) / image_size - 0.5
     ramp = np.clip(0.5 + x * np.cos(angle)[:, None, None] + y * np.sin(angle)[:, None, None], 0.0, 1.0)[:, None]
     fill = first[:, :, None, None] * (1 - ramp) + second[:, :, None, None] * ramp
-    occluder_fill = _backgrounds(colours, n, image_size, 2 * knobs.texture)
+    occluder_fill = _backgrounds(colours, n, image_size, 1.0, 2 * knobs.texture)
     for mask, colour in ((clutter, clutter_colour[:, :, None, None]), (strokes, stroke_colour[:, :, None, None]),
                          (glyph, fill), (occluder, occluder_fill)):  # fmt: skip
         image = image * (1 - mask) + colour * mask
