@@ -10,20 +10,19 @@ and every option are described in ``docs/method.md``.
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
-from typing import Any, Final, Literal, NamedTuple
+from typing import Any, Final, Literal
 
 import numpy as np
 import pytorch_lightning as pl
 import torch
 from pytorch_lightning.callbacks import Callback
-from pytorch_lightning.loggers import TensorBoardLogger
 from pytorch_lightning.utilities import rank_zero_warn
 from torch import Tensor
 from typing_extensions import override
 
 from lightning_episodes.algorithms.base import EpisodicModule, WeightingStrategy
+from lightning_episodes.callbacks._weighting_logs import WeightingStep, log_histograms, logger_writes, step_metrics
 from lightning_episodes.callbacks._weighting_options import ESTIMATES, check_options
 from lightning_episodes.callbacks.reference import (
     check_reference,
@@ -51,40 +50,6 @@ __all__ = ["ESTIMATES", "DifficultyWeightingCallback", "WeightingStep"]
 _MAX_WARNINGS: Final[int] = 10
 # a proposal that misfits is said so at the end of the warm-up; it is said again only if it fitted in between
 _MAX_FIT_WARNINGS: Final[int] = 3
-
-
-class WeightingStep(NamedTuple):
-    """What the callback did at the last training step, over the global batch (all ranks, in order).
-
-    Attributes:
-        step: ``trainer.global_step`` when the step's weights were computed (0-based).
-        progress: ``t / T`` with ``T = trainer.max_steps`` (``None`` without ``max_steps``).
-        mu: the proposal's location the weights used (before the step's update; see ``Proposal.location``).
-        sigma: the proposal's scale the weights used.
-        difficulties: float64 ``[|B|]`` on the CPU: the difficulties the weights were computed from (the
-            reference model's offline, the trained model's online).
-        weights: float64 ``[|B|]`` on the CPU: the weights the loss used (after shuffling and normalising).
-        warmup: ``True`` while the online warm-up gave every episode weight 1.
-        raw_weights: float64 ``[|B|]``: ``p / q`` before shuffling and normalising.
-        support: the support ``(low, high)`` the weights used.
-    """
-
-    step: int
-    progress: float | None
-    mu: float
-    sigma: float
-    difficulties: Tensor
-    weights: Tensor
-    warmup: bool
-    raw_weights: Tensor | None = None
-    support: tuple[float, float] = (math.nan, math.nan)
-
-
-def _logger_writes(trainer: pl.Trainer) -> bool:
-    """Whether the loggers write this training step's metrics: Lightning's own condition (``log_every_n_steps``,
-    every step under ``fast_dev_run``), which its ``LearningRateMonitor`` also reads; it is the same on every rank."""
-    connector = getattr(trainer, "_logger_connector", None)
-    return connector is None or bool(connector.should_update_logs or getattr(trainer, "fast_dev_run", False))
 
 
 class DifficultyWeightingCallback(Callback):
@@ -190,7 +155,7 @@ class DifficultyWeightingCallback(Callback):
             "out_of_support": out_of_support, "normalization": normalization, "window": window,
             "running_decay": running_decay, "shuffle_weights": shuffle_weights, "seed": seed,
             "log_grad_norm": log_grad_norm, "offline_episodes": offline_episodes,
-            "histogram_every_n_steps": histogram_every_n_steps,
+            "histogram_every_n_steps": histogram_every_n_steps, "name": name,
             "reference_checkpoint": None if reference_checkpoint is None else str(reference_checkpoint),
         }  # fmt: skip
         check_options(self._options)
@@ -344,24 +309,28 @@ class DifficultyWeightingCallback(Callback):
         weighted = outputs["weighted"]
         assert pending.raw_weights is not None
         dtype = torch.float32 if pending.difficulties.device.type == "mps" else torch.float64
-        parts = (pending.difficulties, pending.weights, pending.raw_weights)
-        difficulties, weights, raw = torch.stack([p.to(dtype) for p in parts]).to("cpu", torch.float64)  # one sync
+        size = pending.difficulties.numel()
+        parts = (pending.difficulties, pending.weights, pending.raw_weights, weighted.skipped, weighted.nonfinite)
+        # the step's one read from the device: the record and the loss's counters in one transfer
+        host = torch.cat([p.reshape(-1).to(dtype) for p in parts]).to("cpu", torch.float64)
+        difficulties, weights, raw = host[:size], host[size : 2 * size], host[2 * size : 3 * size]
+        skipped, nonfinite = (int(v) for v in host[3 * size :].tolist())
         step = self.last_step = pending._replace(difficulties=difficulties, weights=weights, raw_weights=raw)
 
-        self.skipped_steps += int(weighted.skipped)
-        self.nonfinite_episodes += int(weighted.nonfinite)
-        if weighted.nonfinite and self._warnings < _MAX_WARNINGS:
+        self.skipped_steps += skipped
+        self.nonfinite_episodes += nonfinite
+        if nonfinite and self._warnings < _MAX_WARNINGS:
             self._warnings += 1
             last = self._warnings == _MAX_WARNINGS
             rank_zero_warn(
-                f"step {step.step}: {weighted.nonfinite} episode(s) with a non-finite loss got weight 0"
+                f"step {step.step}: {nonfinite} episode(s) with a non-finite loss got weight 0"
                 + ("; further ones are only counted in weighting/nonfinite_episodes" if last else "")
             )
         self.normalizer.update(raw, warmup=step.warmup)
         self.diagnostics.observe(difficulties, None if step.warmup else raw)
-        if _logger_writes(trainer):  # self.log costs ~1-3 ms a value: only where a logger will write it
+        if logger_writes(trainer):  # self.log costs ~1-3 ms a value: only where a logger will write it
             self._log(pl_module, step, weighted)
-        self._log_histograms(trainer, step)
+        log_histograms(trainer, step, self.histogram_every_n_steps)
         if self.estimate == "online":
             self.proposal_model.update(difficulties)
             after_warmup = self.proposal_model.steps - self.warmup_steps
@@ -387,48 +356,25 @@ class DifficultyWeightingCallback(Callback):
 
     @override
     def on_before_optimizer_step(self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: Any) -> None:
-        if not (self.log_grad_norm and _logger_writes(trainer)):
+        if not (self.log_grad_norm and logger_writes(trainer)):
             return
         norms = [p.grad.detach().double().norm() for p in pl_module.parameters() if p.grad is not None]
         total = torch.stack(norms).norm() if norms else torch.zeros((), dtype=torch.float64)
         pl_module.log("weighting/grad_norm", total.float(), on_step=True, on_epoch=False, sync_dist=False)
 
     def _log(self, pl_module: pl.LightningModule, step: WeightingStep, weighted: Any) -> None:
-        size, ess, (low, high) = len(step.weights), float(weighted.ess), step.support
-        finite = step.difficulties[torch.isfinite(step.difficulties)]
-        outside = ((finite < low) | (finite > high)).double().mean() if finite.numel() else torch.zeros(())
-        values = {
-            "mu": step.mu,
-            "sigma": step.sigma,
-            "low": low,
-            "high": high,
-            "ess": ess,
-            "batch_over_ess": float(weighted.batch_over_ess),
-            "ess_over_batch": ess / float(weighted.batch_size) if float(weighted.batch_size) else 0.0,
-            "sum_w_over_ess": float(weighted.sum_weights) / ess if ess > 0 else 0.0,
-            "weight_min": float(step.weights.min()) if size else 0.0,
-            "weight_mean": float(step.weights.mean()) if size else 0.0,
-            "weight_max": float(step.weights.max()) if size else 0.0,
-            "outside_support": 0.0 if step.warmup and self.proposal_model.steps < 1 else float(outside),
-            "skipped_steps": float(self.skipped_steps),
-            "nonfinite_episodes": float(self.nonfinite_episodes),
-            **self.diagnostics.summary(log_difficulty=self.proposal == "lognormal"),
-        }
-        if isinstance(self.target, CurriculumTarget) and step.progress is not None:
-            values["mu_t"] = low + (high - low) * step.progress
+        estimated = not (step.warmup and self.proposal_model.steps < 1)
+        values = step_metrics(step, weighted, isinstance(self.target, CurriculumTarget), estimated)
+        values["skipped_steps"], values["nonfinite_episodes"] = (
+            float(self.skipped_steps),
+            float(self.nonfinite_episodes),
+        )
+        values.update(self.diagnostics.summary(log_difficulty=self.proposal == "lognormal"))
         for key, value in values.items():
             # identical on every rank already (computed from gathered or all-reduced values): no sync
-            pl_module.log(f"weighting/{key}", value, on_step=True, on_epoch=False, sync_dist=False, batch_size=size)
-
-    def _log_histograms(self, trainer: pl.Trainer, step: WeightingStep) -> None:
-        """The global batch's difficulties and weights as TensorBoard histograms, every N steps."""
-        every = self.histogram_every_n_steps
-        if not every or step.step % every or not trainer.is_global_zero:
-            return
-        for logger in trainer.loggers:
-            if isinstance(logger, TensorBoardLogger):  # other loggers have no histograms
-                logger.experiment.add_histogram("weighting/difficulties", step.difficulties, step.step)
-                logger.experiment.add_histogram("weighting/weights", step.weights, step.step)
+            pl_module.log(
+                f"weighting/{key}", value, on_step=True, on_epoch=False, sync_dist=False, batch_size=len(step.weights)
+            )
 
     # -- checkpointed state ---------------------------------------------------------------------------------------
     @override

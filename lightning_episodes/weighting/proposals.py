@@ -320,7 +320,14 @@ class EmpiricalProposal(Proposal):
         self._ready = False
         self._refresh()
 
+    def _summarise(self) -> None:
+        # the window's mean and std, read by every step's weights: computed once per change of the window
+        n = self._data.numel()
+        self._location = float(self._data.mean()) if n else 0.0
+        self._scale = max(float(self._data.std(correction=0)), SIGMA_FLOOR) if n else SIGMA_FLOOR
+
     def _refresh(self) -> None:
+        self._summarise()
         self._bandwidth = kde_bandwidth(self._data) if self._data.numel() >= 2 else SIGMA_FLOOR
         self._support = (0.0, 1.0)
         if self._data.numel() >= 2:
@@ -333,6 +340,7 @@ class EmpiricalProposal(Proposal):
         finite = values[torch.isfinite(values)]
         self._nonfinite += values.numel() - finite.numel()
         self._data = torch.cat([self._data, finite])[-self.window :]
+        self._summarise()
 
     @property
     def data(self) -> Tensor:
@@ -357,18 +365,17 @@ class EmpiricalProposal(Proposal):
 
     @property
     def location(self) -> float:
-        return float(self._data.mean()) if self._data.numel() else 0.0
+        return self._location
 
     @property
     def scale(self) -> float:
-        return max(float(self._data.std(correction=0)), SIGMA_FLOOR) if self._data.numel() else SIGMA_FLOOR
+        return self._scale
 
     def update(self, difficulties: Tensor) -> None:
         self._steps += 1
         self._absorb(difficulties)
         self._ready = self._ready or (self._steps >= self.warmup_steps and self._data.numel() >= 2)
-        if self._ready:  # the warm-up never reads q
-            self._refresh()
+        self._refresh()
 
     def fit(self, difficulties: Tensor) -> None:
         self._data = torch.zeros(0, dtype=torch.float64)

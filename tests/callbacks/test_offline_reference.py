@@ -105,6 +105,29 @@ def test_offline_estimates_and_weights_come_from_the_reference(reference: Path, 
     assert callback.proposal_model.estimator.steps == 0  # the online estimator never ran
 
 
+@pytest.mark.parametrize("proposal", ["lognormal", "empirical"])
+def test_every_proposal_is_fitted_to_the_references_scores(reference: Path, proposal: str) -> None:
+    callback = DifficultyWeightingCallback(
+        proposal=proposal, estimate="offline", reference_checkpoint=reference, offline_episodes=OFFLINE_EPISODES
+    )
+    recorder = _fit_offline(callback, steps=2)
+    dm = tiny_datamodule()
+    dm.setup("fit")
+    episodes = dm.assembler(dm.samplers["train"].sample(dm.seed, "offline", 0, range(OFFLINE_EPISODES)))
+    scores = _scores(_frozen(reference), episodes)
+    q = callback.proposal_model
+    if proposal == "lognormal":
+        mu, variance = difficulty_statistics(scores.log())
+        assert q.location == pytest.approx(mu, rel=1e-6)
+        assert q.scale == pytest.approx(variance**0.5, rel=1e-5)
+    else:
+        torch.testing.assert_close(q.data, scores, rtol=1e-6, atol=1e-7)  # the window: every score, in order
+    assert q.steps == 0  # fixed before training, never updated
+    for step, batch, _ in recorder.records:
+        expected = q.weights(_scores(_frozen(reference), batch).float(), callback.target)
+        torch.testing.assert_close(step.weights.float(), expected, rtol=1e-5, atol=1e-6)
+
+
 def test_a_maml_reference_adapts_while_frozen(tmp_path: Path) -> None:
     path = _train(MAML(image_size=16, ways=5, adaptation_steps=1), tmp_path / "maml.ckpt", steps=1)
     callback = DifficultyWeightingCallback(estimate="offline", reference_checkpoint=path, offline_episodes=8)

@@ -207,3 +207,14 @@ def test_the_console_script_names_a_bad_option(tmp_path: Path, option: str, valu
     done = _console(tmp_path, f"--trainer.callbacks.{option}", value)
     assert done.returncode != 0
     assert re.search(message, done.stderr, flags=re.S), done.stderr[-3000:]
+
+
+def test_options_list_every_constructor_argument_as_plain_values() -> None:
+    import inspect
+
+    callback = DifficultyWeightingCallback(proposal="empirical", normalization="psis", reference_checkpoint=Path("r"))
+    parameters = set(inspect.signature(DifficultyWeightingCallback.__init__).parameters) - {"self"}
+    assert set(callback.options) == parameters
+    assert all(value is None or type(value) in (str, int, float, bool) for value in callback.options.values())
+    assert (callback.options["proposal"], callback.options["normalization"]) == ("empirical", "psis")
+    assert (callback.options["estimate"], callback.options["reference_checkpoint"]) == ("online", "r")
