@@ -38,6 +38,7 @@ from benchmarks._timing import machine, median, set_threads, table
 from lightning_episodes import EpisodicDataModule, ProtoNet
 from lightning_episodes.callbacks import DifficultyWeightingCallback
 from lightning_episodes.data.episode import Episode
+from lightning_episodes.weighting import EpisodeWeights
 
 
 class TimedWeighting(DifficultyWeightingCallback):
@@ -45,7 +46,7 @@ class TimedWeighting(DifficultyWeightingCallback):
 
     seconds: float = 0.0
 
-    def episode_weights(self, module: Any, batch: Episode, difficulties: Tensor) -> Tensor:
+    def episode_weights(self, module: Any, batch: Episode, difficulties: Tensor) -> EpisodeWeights:
         start = time.perf_counter()
         try:
             return super().episode_weights(module, batch, difficulties)
