@@ -7,8 +7,9 @@ the host's work around the kernels), the same batches and the same optimiser (Ad
   ``episode_losses`` -> mean -> backward -> Adam, in a Python ``for`` loop;
 * ``Trainer``: ``trainer.fit`` with a CSV logger and ``log_every_n_steps`` as given (default 50, Lightning's
   default), no validation, no checkpointing, no progress bar; the module's own ``NonFiniteGuard`` included;
-* ``Trainer + <target>/<proposal>/<normalization>``: the same with a ``DifficultyWeightingCallback`` (warm-up of 2
-  steps, so the measured steps run the weighted path).
+* ``Trainer + <target>/<proposal>/<normalization>``: the same with a ``DifficultyWeightingCallback`` whose warm-up
+  is the ``--skip`` steps left out, so the measured steps run the weighted path (its check of the proposal's fit
+  then runs every ``--skip`` steps: every ``warmup_steps``, 100 by default).
 
 Every contender trains from the same initial weights on the same pre-drawn batches (the data module's training
 loader, drawn once: the episode sampler's own cost is left out of every contender alike). The contenders take
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import importlib
 import tempfile
 import time
@@ -105,7 +107,7 @@ class FixedBatches(EpisodicDataModule):
 
     batches: list[Any]
 
-    def train_dataloader(self) -> Any:  # type: ignore[override]
+    def train_dataloader(self) -> Any:
         return Batches(self.batches)
 
 
@@ -183,7 +185,7 @@ def trainer_loop(
         callbacks.insert(
             0,
             DifficultyWeightingCallback(
-                target=target, proposal=proposal, normalization=normalization, warmup_steps=2, window=200
+                target=target, proposal=proposal, normalization=normalization, warmup_steps=skip, window=200
             ),
         )
     trainer = pl.Trainer(
@@ -203,6 +205,12 @@ def trainer_loop(
 
 
 Round = list[tuple[float, tuple[float, float, float]]]  # each measured step's end and the Compute marks
+
+
+def weighted_loop(
+    dm: FixedBatches, hidden: int, device: str, skip: int, log_every: int, folder: str, weighting: tuple
+) -> list[float]:
+    return trainer_loop(dm, hidden, device, skip, log_every, folder, weighting)
 
 
 def steps(rounds: list[Round]) -> tuple[list[float], list[float], list[tuple[float, float, float]]]:
@@ -256,8 +264,8 @@ def main(argv: list[str] | None = None) -> None:
         ),
     }
     for w in weighted:
-        contenders["Trainer + " + "/".join(w)] = lambda folder, w=w: trainer_loop(
-            dm, args.hidden, args.device, skip, args.log_every_n_steps, folder, w
+        contenders["Trainer + " + "/".join(w)] = functools.partial(
+            weighted_loop, dm, args.hidden, args.device, skip, args.log_every_n_steps, weighting=w
         )
     measured: dict[str, list[Round]] = {name: [] for name in contenders}
     with tempfile.TemporaryDirectory() as folder, timers():

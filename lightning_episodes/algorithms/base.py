@@ -52,6 +52,16 @@ class WeightingStrategy(Protocol):
         ...
 
 
+def logger_writes(trainer: pl.Trainer) -> bool:
+    """Whether the loggers write this training step's metrics: Lightning's own condition (``log_every_n_steps``,
+    every step under ``fast_dev_run``), which its ``LearningRateMonitor`` also reads; the same on every rank.
+
+    Per-step values logged only then are the values the loggers receive, without the cost of ``self.log`` (and of
+    reading them from the device) on the steps in between."""
+    connector = getattr(trainer, "_logger_connector", None)
+    return connector is None or bool(connector.should_update_logs or getattr(trainer, "fast_dev_run", False))
+
+
 def default_optimizer(params: Any) -> torch.optim.Optimizer:
     """Adam with learning rate 1e-3, the paper's optimiser."""
     return torch.optim.Adam(params, lr=1e-3)
@@ -192,7 +202,8 @@ class EpisodicModule(pl.LightningModule):
             world_size=self.trainer.world_size,
             denominator=step.denominator,
         )
-        self._log_training(out, result)
+        if logger_writes(self.trainer):  # what the loggers write; no host sync on the steps in between
+            self._log_training(out, result)
         return {
             "loss": result.loss,
             "difficulties": difficulties,
@@ -201,6 +212,8 @@ class EpisodicModule(pl.LightningModule):
         }
 
     def _log_training(self, out: EpisodeOutput, result: WeightedLoss) -> None:
+        """``train/loss`` (the mean of the finite episode losses; shown in the progress bar) and ``train/acc``, on
+        the steps where the loggers write (so the progress bar's ``train/loss`` is the last logged one)."""
         finite = torch.isfinite(out.losses.detach())
         mean_loss = out.losses.detach()[finite].mean() if finite.any() else out.losses.new_tensor(float("nan"))
         self.log("train/loss", mean_loss, prog_bar=True, sync_dist=True, batch_size=len(out.losses))

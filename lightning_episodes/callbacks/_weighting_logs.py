@@ -15,6 +15,8 @@ import torch
 from pytorch_lightning.loggers import TensorBoardLogger
 from torch import Tensor
 
+from lightning_episodes.algorithms.base import logger_writes  # the module logs train/* on the same steps
+
 __all__ = ["WeightingStep", "log_histograms", "logger_writes", "step_metrics"]
 
 
@@ -43,13 +45,6 @@ class WeightingStep(NamedTuple):
     warmup: bool
     raw_weights: Tensor | None = None
     support: tuple[float, float] = (math.nan, math.nan)
-
-
-def logger_writes(trainer: pl.Trainer) -> bool:
-    """Whether the loggers write this training step's metrics: Lightning's own condition (``log_every_n_steps``,
-    every step under ``fast_dev_run``), which its ``LearningRateMonitor`` also reads; it is the same on every rank."""
-    connector = getattr(trainer, "_logger_connector", None)
-    return connector is None or bool(connector.should_update_logs or getattr(trainer, "fast_dev_run", False))
 
 
 def step_metrics(step: WeightingStep, weighted: Any, curriculum: bool, estimated: bool = True) -> dict[str, float]:

@@ -106,8 +106,11 @@ class WeightedLoss(NamedTuple):
         batch_size: ``|B|``, the global number of episodes (non-finite ones included).
         batch_over_ess: ``|B| / ESS``, the factor by which the ESS normalisation scales the plain
             importance-sampling estimate up (logged each step; 0 when the step is skipped).
-        skipped: ``True`` when ``sum w = 0``: the loss is ``0 * sum L`` (zero gradient).
-        nonfinite: global number of episodes whose loss was not finite (given weight 0).
+        skipped: 0-d bool tensor, ``True`` when ``sum w = 0``: the loss is ``0 * sum L`` (zero gradient).
+        nonfinite: 0-d int64 tensor, the global number of episodes whose loss was not finite (given weight 0).
+
+    Every field stays on the device: reading one (``bool(out.skipped)``, ``int(out.nonfinite)``) synchronises
+    with it, which a training step leaves to its logging steps.
     """
 
     loss: Tensor
@@ -116,8 +119,8 @@ class WeightedLoss(NamedTuple):
     sum_squared_weights: Tensor
     batch_size: Tensor
     batch_over_ess: Tensor
-    skipped: bool
-    nonfinite: int
+    skipped: Tensor
+    nonfinite: Tensor
 
 
 def _check_inputs(
@@ -209,7 +212,7 @@ def weighted_loss(
             tensor is used without a device sync (a non-positive one makes the step skipped).
 
     Returns:
-        A :class:`WeightedLoss`. Reading ``skipped``/``nonfinite`` synchronises with the device once.
+        A :class:`WeightedLoss`, computed without a host synchronisation.
 
     Raises:
         ValueError: if ``normalization`` is unknown, ``world_size`` is not an integer >= 1, the shapes differ,
@@ -223,7 +226,6 @@ def weighted_loss(
     """
     loss, stats = _weighted_loss(losses, weights, normalization, reduce, world_size, denominator)
     s1, s2, size, nonfinite, ess = stats.unbind()
-    positive, count = torch.stack([(ess > 0).to(ess.dtype), nonfinite]).tolist()  # one device sync
     batch_over_ess = torch.where(ess > 0, size / torch.where(ess > 0, ess, torch.ones_like(ess)), 0.0 * ess)
     return WeightedLoss(
         loss=loss,
@@ -232,8 +234,8 @@ def weighted_loss(
         sum_squared_weights=s2,
         batch_size=size,
         batch_over_ess=batch_over_ess,
-        skipped=not positive,
-        nonfinite=int(count),
+        skipped=~(ess > 0),
+        nonfinite=nonfinite.to(torch.int64),
     )
 
 
