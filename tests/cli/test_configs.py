@@ -337,7 +337,8 @@ def test_a_scenario_baseline_offline_cross_domain_and_report(tmp_path: Path) -> 
     table = build_table(read_result(path) for path in find_results([tmp_path / "runs"]))
     assert [(row.algorithm, row.scheme) for row in table.rows] == [
         ("ProtoNet (Euclidean)", "baseline"),
-        ("ProtoNet (Euclidean)", "uniform (offline)"),
+        # the smoke setting's offline_episodes is not the callback's default: the row names it
+        ("ProtoNet (Euclidean)", "uniform (offline, offline_episodes=4)"),
     ]
     assert [column.label for column in table.columns] == [
         "Mini-ImageNet, Conv-4, 5-way 1-shot",
