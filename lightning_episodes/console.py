@@ -87,16 +87,28 @@ def run(argv: list[str] | None, trainer_cli: Callable[..., object], tools: Mappi
         trainer_cli(argv, exit_on_error=False)
         return 0
     except Exception as error:
+        name = f"{PROG} {command}" if command else PROG
+        diverged = _diverged(error)
+        if diverged is not None and not debug():
+            # the run itself failed (not its arguments): one line, the status of a failed run
+            sys.stderr.write(f"{name}: error: {diverged}\n({DEBUG_ENV}=1 shows the traceback)\n")
+            return 1
         message = user_error(error)
         if message is None or debug():
             raise
-        name = f"{PROG} {command}" if command else PROG
         usage = f"{name} [-h] [--config FILE] [--section.key VALUE ...]" if command in TRAINER_COMMANDS else name
         sys.stderr.write(
             f"usage: {usage}\n{name}: error: {message}\n"
             f"(`{name} --help` lists the options; {DEBUG_ENV}=1 shows the traceback)\n"
         )
         return 2
+
+
+def _diverged(error: BaseException) -> str | None:
+    """The message of a :class:`~lightning_episodes.callbacks.NonFiniteError` in ``error``'s chain, if any."""
+    from lightning_episodes.callbacks.nonfinite import NonFiniteError
+
+    return next((_one_line(str(e)) for e in _chain(error) if isinstance(e, NonFiniteError)), None)
 
 
 def _chain(error: BaseException) -> Iterator[BaseException]:

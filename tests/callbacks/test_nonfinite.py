@@ -216,3 +216,21 @@ def _ddp_skip(rank_with_nan: int) -> None:
 @pytest.mark.parametrize("rank", [0, 1])
 def test_under_ddp_every_rank_skips_the_step_that_one_rank_finds_nonfinite(rank: int) -> None:
     _ddp_skip(rank)
+
+
+@pytest.mark.slow
+def test_the_console_reports_a_diverged_run_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from lightning_episodes.cli import TOOLS
+    from lightning_episodes.console import DEBUG_ENV, run
+
+    monkeypatch.delenv(DEBUG_ENV, raising=False)
+    with pytest.warns(UserWarning, match="the step is skipped"):
+        status = run(_cli_fit(tmp_path, 1e30, None), main, TOOLS)
+    err = capsys.readouterr().err
+    assert status == 1
+    assert "Traceback" not in err
+    line = next(line for line in err.splitlines() if "error:" in line)
+    assert line.startswith("lightning-episodes fit: error: training stopped at step 5: 5 steps in a row"), line
+    assert not list(tmp_path.rglob("test_results.json"))
