@@ -188,6 +188,7 @@ class EpisodicModule(pl.LightningModule):
 
     @override
     def training_step(self, batch: Episode, batch_idx: int) -> dict[str, Any]:
+        trainer = self.trainer
         out = self._output(batch)
         difficulties = out.difficulty
         if self.weighting is None:
@@ -199,10 +200,11 @@ class EpisodicModule(pl.LightningModule):
             step.weights,
             normalization=step.normalization,
             reduce=self._sum_over_ranks,
-            world_size=self.trainer.world_size,
+            world_size=trainer.world_size,
             denominator=step.denominator,
         )
-        if logger_writes(self.trainer):  # what the loggers write; no host sync on the steps in between
+        # what the loggers write, and the last step (callback_metrics end with it); no host sync in between
+        if logger_writes(trainer) or 0 < trainer.max_steps <= trainer.global_step + 1:
             self._log_training(out, result)
         return {
             "loss": result.loss,
@@ -213,7 +215,8 @@ class EpisodicModule(pl.LightningModule):
 
     def _log_training(self, out: EpisodeOutput, result: WeightedLoss) -> None:
         """``train/loss`` (the mean of the finite episode losses; shown in the progress bar) and ``train/acc``, on
-        the steps where the loggers write (so the progress bar's ``train/loss`` is the last logged one)."""
+        the steps where the loggers write and the last of ``max_steps`` (so the progress bar's ``train/loss`` and
+        ``trainer.callback_metrics`` hold the last logged one)."""
         finite = torch.isfinite(out.losses.detach())
         mean_loss = out.losses.detach()[finite].mean() if finite.any() else out.losses.new_tensor(float("nan"))
         self.log("train/loss", mean_loss, prog_bar=True, sync_dist=True, batch_size=len(out.losses))

@@ -273,7 +273,8 @@ class DifficultyWeightingCallback(Callback):
         """
         trainer = module.trainer
         # every target may use the progress t / T (the curriculum needs it; setup checked max_steps for it)
-        progress = curriculum_progress(trainer.global_step, trainer.max_steps) if trainer.max_steps > 0 else None
+        global_step, max_steps = trainer.global_step, trainer.max_steps  # properties that walk Lightning's loops
+        progress = curriculum_progress(global_step, max_steps) if max_steps > 0 else None
         if self.estimate == "offline":
             if self.reference is None or not self.ready:
                 raise RuntimeError("the offline reference is not loaded: on_fit_start has not run")
@@ -288,12 +289,12 @@ class DifficultyWeightingCallback(Callback):
         shuffled = raw
         if self.shuffle_weights and not warmup:
             # SeedSequence mixes both into the 32 bits torch's CPU generator keeps (it drops a seed's upper bits)
-            state = np.random.SeedSequence([self.seed, trainer.global_step]).generate_state(1)[0]
+            state = np.random.SeedSequence([self.seed, global_step]).generate_state(1)[0]
             generator = torch.Generator().manual_seed(int(state))
             shuffled = raw[torch.randperm(raw.numel(), generator=generator).to(raw.device)]
         result = self.normalizer.normalize(shuffled)
         self._pending = WeightingStep(
-            trainer.global_step, progress, q.location, q.scale, everything, result.weights, warmup, raw, q.support()
+            global_step, progress, q.location, q.scale, everything, result.weights, warmup, raw, q.support()
         )
         start = trainer.global_rank * local.numel()
         return result._replace(weights=result.weights[start : start + local.numel()].detach())
