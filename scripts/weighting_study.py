@@ -45,6 +45,7 @@ ARMS: dict[str, dict[str, Any]] = {
     "uniform lognormal": {"target": "uniform", "proposal": "lognormal"},
     "uniform empirical": {"target": "uniform", "proposal": "empirical"},
     "uniform lognormal+running": {"target": "uniform", "proposal": "lognormal", "normalization": "running"},
+    "uniform lognormal+psis": {"target": "uniform", "proposal": "lognormal", "normalization": "psis"},
 }
 
 
