@@ -15,8 +15,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import pytorch_lightning as pl
 import torch
 from PIL import Image
+from pytorch_lightning.callbacks import Callback
 
 from lightning_episodes import EpisodicDataModule, ProtoNet
 from lightning_episodes.data.datasets import ImageDataset, available_datasets, glyphs, glyphs_hard, load_dataset
@@ -231,6 +233,35 @@ def test_a_tiny_fit_and_test_through_the_trainer(tmp_path):
     assert data.data.image_shape == (3, 32, 32)
     assert metrics["test/episodes"] == 10
     assert 0.0 <= metrics["test/acc"] <= 1.0
+
+
+@pytest.mark.slow
+def test_ddp_renders_once_and_every_rank_trains_on_the_same_images(monkeypatch, tmp_path):
+    """Rank 0 renders and caches the dataset in ``prepare_data``; rank 1 reads that file; the ranks stay in step."""
+    log = tmp_path / "renders.txt"
+
+    def logged_build(image_size: int, images_per_class: int, seed: int, **_: object) -> dict:
+        with log.open("a") as handle:
+            handle.write(f"{os.getpid()}\n")
+        return build_payload(image_size, images_per_class, seed, characters=SAMPLE)
+
+    class SameOnEveryRank(Callback):
+        def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+            flat = torch.cat([p.detach().flatten() for p in pl_module.parameters()])
+            gathered = trainer.strategy.all_gather(flat)
+            assert torch.equal(gathered[0], gathered[1]), "the ranks' parameters differ"
+            images = data.data.images if data.data is not None else torch.zeros(())
+            assert trainer.strategy.all_gather(images.sum(dtype=torch.int64)).unique().numel() == 1
+
+    monkeypatch.setattr(glyphs_hard, "build_payload", logged_build)
+    data = EpisodicDataModule(
+        dataset="glyphs-hard", root=str(tmp_path / "cache"), image_size=32, channels=3, ways=5, shots=1,
+        queries=2, episodes_per_batch=2, val_episodes=4, test_episodes=4,
+    )  # fmt: skip
+    trainer = tiny_trainer(devices=2, max_steps=3, callbacks=[SameOnEveryRank()], limit_val_batches=0)
+    trainer.fit(ProtoNet(in_channels=3, image_size=32, backbone_options={"hidden": 8}), datamodule=data)
+    assert len(log.read_text().splitlines()) == 1
+    assert read_cache(cache_file(tmp_path / "cache", 32, 20, 0), 32, 20) is not None
 
 
 @pytest.mark.slow
