@@ -9,9 +9,10 @@ An image is composed, back to front, of (every amount drawn per image within :cl
 
 1. a textured background: a smooth random colour field (bilinear from a 4×4 grid) plus a colour grating
    (stripes of random frequency, orientation and phase);
-2. clutter: fragments of other characters (Latin letters and digits, half outside the frame) and
-   distractor strokes (lines and arcs about as thick as the glyph's), some in the glyph's own colour;
-3. the glyph, in a random font under a strong random affine map and stroke-width change, filled with a
+2. clutter: distractor strokes (lines and arcs about as thick as the glyph's), optionally in the glyph's own
+   colour, and fragments of other characters (Latin letters and digits, half outside the frame; off in the
+   shipped setting, which proved too hard to learn within the study's budget);
+3. the glyph, in a random font under a random affine map and stroke-width change, filled with a
    two-colour gradient whose luminance differs from the background's by at least ``min_contrast``;
 4. an occluder (a rectangle or an ellipse, textured) over part of the glyph;
 5. photometric jitter: contrast, brightness, a colour cast, then pixel noise.
