@@ -291,7 +291,8 @@ class DifficultyWeightingCallback(Callback):
             # SeedSequence mixes both into the 32 bits torch's CPU generator keeps (it drops a seed's upper bits)
             state = np.random.SeedSequence([self.seed, global_step]).generate_state(1)[0]
             generator = torch.Generator().manual_seed(int(state))
-            shuffled = raw[torch.randperm(raw.numel(), generator=generator).to(raw.device)]
+            # non_blocking: the permutation, drawn on the CPU, reaches the device without a synchronisation
+            shuffled = raw[torch.randperm(raw.numel(), generator=generator).to(raw.device, non_blocking=True)]
         result = self.normalizer.normalize(shuffled)
         self._pending = WeightingStep(
             global_step, progress, q.location, q.scale, everything, result.weights, warmup, raw, q.support()

@@ -158,7 +158,7 @@ def _weighted_loss(
         [
             w.sum(),
             (w * w).sum(),
-            torch.tensor(float(losses.numel()), dtype=dtype, device=losses.device),
+            torch.full((), float(losses.numel()), dtype=dtype, device=losses.device),  # no host-to-device copy
             (~finite).sum().to(dtype),
         ]
     )
@@ -171,7 +171,10 @@ def _weighted_loss(
     ok = ok & (ess > 0) & torch.isfinite(ess)
     if normalization == "fixed":
         assert denominator is not None  # checked above
-        divide_by = torch.as_tensor(denominator, dtype=dtype).to(losses.device)
+        if isinstance(denominator, Tensor):
+            divide_by = denominator.to(device=losses.device, dtype=dtype)
+        else:
+            divide_by = torch.full((), float(denominator), dtype=dtype, device=losses.device)
         ok = ok & torch.isfinite(divide_by) & (divide_by > 0)  # a tensor is checked here, without a sync
         divide_by = torch.where(ok, divide_by, one)
     else:
