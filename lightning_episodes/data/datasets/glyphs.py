@@ -26,7 +26,7 @@ import os
 import unicodedata
 import warnings
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -296,21 +296,46 @@ def load_glyphs(
     """
     image_size = 28 if image_size is None else image_size
     channels = 1 if channels is None else channels
-    if not 8 <= image_size <= 256:
-        raise ValueError(f"image_size must be in 8..256 pixels, got {image_size}")
+    check_arguments(image_size, (8, 256), channels, images_per_class, seed)
+    path = cache_file(Path(root) if root is not None else default_cache_dir(), image_size, images_per_class, seed)
+    payload = cached_or_rendered(
+        "glyphs", path, read_cache(path, image_size, images_per_class),
+        lambda: build_payload(image_size, images_per_class, seed, processes=render_processes()),
+    )  # fmt: skip
+    return to_dataset(payload, channels)
+
+
+def check_arguments(
+    image_size: int, sizes: tuple[int, int], channels: int, images_per_class: int, seed: int, dataset: str = ""
+) -> None:
+    """The argument checks of the rendered datasets (``glyphs``, ``glyphs-hard``); ``sizes`` is the allowed
+    ``image_size`` range and ``dataset`` names the dataset in its message.
+
+    Raises:
+        ValueError: naming the argument and its allowed values.
+    """
+    where = f" for {dataset}" if dataset else ""
+    if not sizes[0] <= image_size <= sizes[1]:
+        raise ValueError(f"image_size must be in {sizes[0]}..{sizes[1]} pixels{where}, got {image_size}")
     if channels not in (1, 3):
         raise ValueError(f"channels must be 1 or 3, got {channels}")
     if images_per_class < 1:
         raise ValueError(f"images_per_class must be >= 1, got {images_per_class}")
     if seed < 0:
         raise ValueError(f"seed must be >= 0, got {seed}")
-    path = cache_file(Path(root) if root is not None else default_cache_dir(), image_size, images_per_class, seed)
-    payload = read_cache(path, image_size, images_per_class)
-    if payload is None:
-        log.info("rendering the glyphs dataset into %s", path)
-        payload = build_payload(image_size, images_per_class, seed, processes=render_processes())
-        try:
-            write_cache(path, payload)
-        except OSError as error:  # a read-only cache directory costs time, not correctness
-            warnings.warn(f"could not cache the glyphs dataset in {path}: {error}", stacklevel=2)
-    return to_dataset(payload, channels)
+
+
+def cached_or_rendered(
+    name: str, path: Path, cached: dict[str, Any] | None, render: Callable[[], dict[str, Any]]
+) -> dict[str, Any]:
+    """``cached`` (a payload read from ``path``), or ``render()`` written to ``path`` for next time (a cache
+    folder that cannot be written costs time, not correctness: a warning)."""
+    if cached is not None:
+        return cached
+    log.info("rendering the %s dataset into %s", name, path)
+    payload = render()
+    try:
+        write_cache(path, payload)
+    except OSError as error:
+        warnings.warn(f"could not cache the {name} dataset in {path}: {error}", stacklevel=3)
+    return payload

@@ -16,8 +16,6 @@ minute on two cores) and cached as uint8 RGB under :func:`default_cache_dir`.
 from __future__ import annotations
 
 import hashlib
-import logging
-import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -27,8 +25,6 @@ import torch
 from lightning_episodes.data.datasets import glyphs, glyphs_hard_render
 from lightning_episodes.data.datasets.base import ImageDataset, register_dataset
 from lightning_episodes.data.datasets.glyphs_hard_render import Difficulty
-
-log = logging.getLogger(__name__)
 
 NAME = "glyphs-hard"
 #: Bump whenever the rendering changes: old cache files are then ignored.
@@ -135,21 +131,10 @@ def load_glyphs_hard(
     """
     image_size = 32 if image_size is None else image_size
     channels = 3 if channels is None else channels
-    if not 16 <= image_size <= 128:
-        raise ValueError(f"image_size must be in 16..128 pixels for {NAME}, got {image_size}")
-    if channels not in (1, 3):
-        raise ValueError(f"channels must be 1 or 3, got {channels}")
-    if images_per_class < 1:
-        raise ValueError(f"images_per_class must be >= 1, got {images_per_class}")
-    if seed < 0:
-        raise ValueError(f"seed must be >= 0, got {seed}")
+    glyphs.check_arguments(image_size, (16, 128), channels, images_per_class, seed, NAME)
     path = cache_file(Path(root) if root is not None else default_cache_dir(), image_size, images_per_class, seed)
-    payload = read_cache(path, image_size, images_per_class)
-    if payload is None:
-        log.info("rendering the %s dataset into %s", NAME, path)
-        payload = build_payload(image_size, images_per_class, seed, processes=glyphs.render_processes())
-        try:
-            glyphs.write_cache(path, payload)
-        except OSError as error:  # a read-only cache directory costs time, not correctness
-            warnings.warn(f"could not cache the {NAME} dataset in {path}: {error}", stacklevel=2)
+    payload = glyphs.cached_or_rendered(
+        NAME, path, read_cache(path, image_size, images_per_class),
+        lambda: build_payload(image_size, images_per_class, seed, processes=glyphs.render_processes()),
+    )  # fmt: skip
     return to_dataset(payload, channels)
