@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -149,22 +150,23 @@ def test_episodes_are_checked_against_the_splits(tmp_path: Path) -> None:
         EpisodicDataModule(**options, ways=3, shots=2, queries=5, eval_shots=1, eval_queries=1).setup("fit")
 
 
+def _folder_episodes(root: Path, **options: Any) -> EpisodicDataModule:
+    """3-way 2-shot 2-query episodes, 2 a step, of the tree at ``root`` as 16x16 grey images."""
+    settings: dict[str, Any] = {
+        "ways": 3,
+        "shots": 2,
+        "queries": 2,
+        "episodes_per_batch": 2,
+        "image_size": 16,
+        "channels": 1,
+    }
+    return EpisodicDataModule(dataset="folder", root=str(root), **{**settings, **options})
+
+
 @pytest.mark.slow
 def test_fit_and_test_through_the_trainer(tmp_path: Path) -> None:
     _write_tree(tmp_path / "data")
-    data = EpisodicDataModule(
-        dataset="folder",
-        root=str(tmp_path / "data"),
-        ways=3,
-        shots=2,
-        queries=2,
-        eval_queries=2,
-        episodes_per_batch=2,
-        val_episodes=4,
-        test_episodes=6,
-        image_size=16,
-        channels=1,
-    )
+    data = _folder_episodes(tmp_path / "data", eval_queries=2, val_episodes=4, test_episodes=6)
     model = ProtoNet(image_size=16, backbone="conv4", backbone_options={"hidden": 8})
     trainer = tiny_trainer(max_steps=3, val_check_interval=3)
     trainer.fit(model, data)
@@ -186,16 +188,7 @@ def test_two_process_ddp_trains_as_one_process(tmp_path: Path) -> None:
 
     def fit(devices: int) -> dict[str, torch.Tensor]:
         pl.seed_everything(0)
-        data = EpisodicDataModule(
-            dataset="folder",
-            root=str(tmp_path / "data"),
-            ways=3,
-            shots=2,
-            queries=2,
-            episodes_per_batch=2,
-            image_size=16,
-            channels=1,
-        )
+        data = _folder_episodes(tmp_path / "data")
         model = ProtoNet(image_size=16, backbone_options={"hidden": 8})
         tiny_trainer(devices=devices, max_steps=3, limit_val_batches=0, precision="64-true").fit(model, data)
         return {k: v.detach().clone() for k, v in model.state_dict().items()}
