@@ -8,6 +8,7 @@ of every offline run. Per seed, this script runs (each a ``fit`` with ``--test_a
     <out>/<data>__<model>/seed<N>/baseline_online/      plain sampling (configs/sampling/baseline_online.yaml)
     <out>/<data>__<model>/seed<N>/<scheme>_offline/     --trainer.callbacks.reference_checkpoint <baseline's best>
     <out>/<data>__<model>/seed<N>/<scheme>_online/      with --online (--online-only: without the offline runs)
+    <out>/<data>__<model>/seed<N>/<config name>/        a scheme named by its sampling config, e.g. uniform_online_psis
     <run>/cross_domain/<config name>/                   with --cross-domain: the run's best checkpoint tested there
 
 ``--seed_everything`` and ``--data.train_seed`` are the seed N (initialisation and training episodes differ per
@@ -25,6 +26,15 @@ Example (Table 1, Mini-ImageNet, conv4, ProtoNet Euclidean, 5-way 1-shot, three 
 
 Arguments after ``--`` go to every ``fit`` (after the sampling config, so ``--trainer.callbacks.<arg>`` sets the
 weighting callback's arguments). ``--dry-run`` prints the commands without running them.
+
+A scheme is a target (``uniform``, ``easy``, ``hard``, ``curriculum``: run as ``<target>_offline`` and/or
+``<target>_online``) or the name of any other config of ``configs/sampling`` (e.g. ``uniform_online_psis``,
+``uniform_online_placebo``), run once as it is, with the baseline's best checkpoint as its reference when its name
+says ``offline``. The study of the README (both benchmarks, four arms, three seeds)::
+
+    python scripts/run_scenario.py --data configs/data/glyphs_hard_5w1s.yaml \\
+        --model configs/models/protonet_euclidean_conv4.yaml --trainer configs/study/glyphs_cpu.yaml \\
+        --online-only --schemes uniform uniform_online_psis uniform_online_placebo --seeds 0 1 2 --out runs/study
 """
 
 from __future__ import annotations
@@ -38,6 +48,7 @@ from pathlib import Path
 
 SAMPLING = Path(__file__).resolve().parent.parent / "configs" / "sampling"
 SCHEMES = ("uniform", "easy", "hard", "curriculum")
+CONFIGS = tuple(sorted(p.stem for p in SAMPLING.glob("*.yaml") if not p.stem.startswith("baseline")))
 RESULTS_FILE = "test_results.json"
 
 Runner = Callable[[list[str]], object]
@@ -89,7 +100,8 @@ def run_scenario(
         out: output root; runs go to ``out/<data>__<model>/seed<N>/<scheme>_<estimate>``.
         runner: executes one ``lightning-episodes`` argument list.
         trainer: optional trainer configs (``configs/trainer/*.yaml``), given after the model config.
-        schemes: targets run offline from the baseline's best checkpoint (and online with ``online``).
+        schemes: targets run offline from the baseline's best checkpoint (and online with ``online``), or names of
+            sampling configs (``CONFIGS``, e.g. ``uniform_online_psis``), each run once as it is.
         online: also run each scheme with the online estimate (it needs no reference).
         seeds: values of ``--seed_everything`` (the model's initialisation) and ``--data.train_seed`` (the
             training episodes); data.seed, and so the validation and test episodes, stay the data config's.
@@ -107,16 +119,19 @@ def run_scenario(
     for seed in seeds:
         folder = scenario / f"seed{seed}"
         baseline = folder / "baseline_online"
-        plan: list[tuple[Path, str, str]] = [(baseline, "baseline", "online")]
+        plan: list[tuple[Path, str, str]] = [(baseline, "baseline_online", "online")]
         estimates = [p for p, wanted in (("offline", offline), ("online", online)) if wanted]
+        targets = [scheme for scheme in schemes if scheme in SCHEMES]
         for estimate in estimates:
-            plan += [(folder / f"{scheme}_{estimate}", scheme, estimate) for scheme in schemes if scheme != "baseline"]
-        for run_dir, scheme, estimate in plan:
+            plan += [(folder / f"{scheme}_{estimate}", f"{scheme}_{estimate}", estimate) for scheme in targets]
+        for config in (scheme for scheme in schemes if scheme not in SCHEMES and scheme != "baseline"):
+            plan.append((folder / config, config, "offline" if "_offline" in config else "online"))
+        for run_dir, config, estimate in plan:
             runs.append(run_dir)
             if finished(run_dir):
                 print(f"[run_scenario] {run_dir} is done: skipped", file=sys.stderr)
                 continue
-            args = ["fit", *common, "--config", str(SAMPLING / f"{scheme}_{estimate}.yaml")]
+            args = ["fit", *common, "--config", str(SAMPLING / f"{config}.yaml")]
             if estimate == "offline":
                 reference = Path(f"<best checkpoint of {baseline}>") if dry_run else best_checkpoint(baseline)
                 args += [f"--trainer.callbacks.reference_checkpoint={reference}"]
@@ -161,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", type=Path, required=True, help="configs/data/<dataset>_<ways>w<shots>s.yaml")
     parser.add_argument("--model", type=Path, required=True, help="configs/models/<algorithm>_<backbone>.yaml")
     parser.add_argument("--trainer", type=Path, nargs="*", default=[], help="configs/trainer/*.yaml (optional)")
-    parser.add_argument("--schemes", nargs="+", default=list(SCHEMES), choices=SCHEMES)
+    parser.add_argument("--schemes", nargs="+", default=list(SCHEMES), choices=SCHEMES + CONFIGS)
     parser.add_argument("--online", action="store_true", help="also run every scheme online")
     parser.add_argument("--online-only", action="store_true", help="run the schemes online only (no reference)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])

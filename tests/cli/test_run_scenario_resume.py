@@ -26,3 +26,24 @@ def test_a_stopped_run_resumes_a_finished_one_is_skipped_and_a_new_one_starts(tm
     assert set(runs) == {"baseline_online", "uniform_online"}  # easy_online is done
     assert "--ckpt_path=last" in runs["baseline_online"]
     assert not any(a.startswith("--ckpt_path") for a in runs["uniform_online"])
+
+
+def test_a_scheme_named_by_its_sampling_config_runs_that_config_once_beside_the_targets(tmp_path: Path) -> None:
+    data, model = ROOT / "configs/data/glyphs_5w1s.yaml", ROOT / "configs/models/protonet_euclidean_conv4.yaml"
+    commands: list[list[str]] = []
+    schemes = ["uniform", "uniform_online_psis", "uniform_online_placebo"]
+    run_scenario(data, model, tmp_path, commands.append, schemes=schemes, online=True, offline=False)
+    runs = {next(a for a in c if a.startswith("--trainer.default_root_dir=")).rsplit("/", 1)[1]: c for c in commands}
+    assert list(runs) == ["baseline_online", "uniform_online", "uniform_online_psis", "uniform_online_placebo"]
+    for name, command in runs.items():
+        configs = [command[i + 1] for i, a in enumerate(command) if a == "--config"]
+        assert Path(configs[-1]) == ROOT / "configs" / "sampling" / f"{name}.yaml"
+        assert not any(a.startswith("--trainer.callbacks.reference_checkpoint") for a in command)
+
+
+def test_an_offline_config_scheme_gets_the_baselines_best_checkpoint_as_its_reference(tmp_path: Path) -> None:
+    data, model = ROOT / "configs/data/glyphs_5w1s.yaml", ROOT / "configs/models/protonet_euclidean_conv4.yaml"
+    commands: list[list[str]] = []
+    run_scenario(data, model, tmp_path, commands.append, schemes=["uniform_offline"], dry_run=True)
+    (offline,) = (c for c in commands if any(a.endswith("/seed0/uniform_offline") for a in c))
+    assert any(a.startswith("--trainer.callbacks.reference_checkpoint=<best checkpoint of") for a in offline)
