@@ -19,8 +19,9 @@ final name is always complete. A cache that cannot be read, does not describe wh
 fails its checksum (``torch.load`` does not notice flipped bytes) is rebuilt from the source files,
 with a warning. The source files are not read again once the
 cache exists: delete the cache file after changing them. Normalisation statistics are not stored:
-they are constants of each dataset's module. Building the cache holds the converted images twice in
-memory for a moment (the splits, then their concatenation).
+each dataset computes them from the loaded images or uses constants (the ImageNet statistics).
+Building the cache holds the converted images twice in memory for a moment (the splits, then their
+concatenation).
 
 Images are resized to ``image_size`` × ``image_size`` without keeping the aspect ratio (as
 Meta-Dataset does, Triantafillou et al., 2020), with Pillow's antialiased bilinear filter
@@ -35,7 +36,7 @@ import uuid
 import warnings
 import zlib
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -59,6 +60,9 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 #: ITU-R 601 luma weights: what Pillow's ``convert("L")`` uses.
 _LUMA = (0.299, 0.587, 0.114)
 _MODES = {1: "L", 3: "RGB"}
+
+#: Per-channel normalisation mean and standard deviation of ``images / 255``.
+Statistics = tuple[tuple[float, ...], tuple[float, ...]]
 
 log = logging.getLogger(__name__)
 
@@ -130,7 +134,7 @@ class CacheSpec:
         return cls(name, root, image_size, channels, path)
 
 
-def imagenet_statistics(channels: int) -> tuple[tuple[float, ...], tuple[float, ...]]:
+def imagenet_statistics(channels: int) -> Statistics:
     """ImageNet mean and std per channel; for 1 channel, their luma-weighted combination.
 
     The grayscale std is the weighted sum of the channel stds, exact when the channels are perfectly
@@ -168,29 +172,32 @@ def require_files(spec: CacheSpec, required: Iterable[Path], layout: str, downlo
 def load_cached(
     spec: CacheSpec,
     read_splits: Callable[[], Iterable[SourceSplit]],
-    mean: Sequence[float],
-    std: Sequence[float],
+    statistics: Callable[[ImageDataset], Statistics],
 ) -> ImageDataset:
     """Read ``spec.path``, or build it from ``read_splits()`` first when it is absent or invalid.
 
     Args:
         spec: the dataset and its cache file.
         read_splits: reads the source files, one split at a time (only called to build the cache).
-        mean: per-channel normalisation mean (a constant of the dataset's module).
-        std: per-channel normalisation std.
+        statistics: the per-channel normalisation mean and std of the loaded dataset (normalised with mean
+            0 and std 1 when it is called).
     """
+    data = None
     if spec.path.exists():
         try:
-            return _to_dataset(torch.load(spec.path, map_location="cpu", weights_only=True), spec, mean, std)
+            data = _to_dataset(torch.load(spec.path, map_location="cpu", weights_only=True), spec)
         except Exception as error:  # a truncated zip, a foreign pickle, a stale layout: all mean "rebuild"
             warnings.warn(
                 f"{spec.path} is not a valid {spec.name} cache ({type(error).__name__}: {error}); "
                 "rebuilding it from the source files",
                 stacklevel=3,
             )
-    payload = convert(read_splits(), spec)
-    save_atomically(payload, spec.path)
-    return _to_dataset(payload, spec, mean, std)
+    if data is None:
+        payload = convert(read_splits(), spec)
+        save_atomically(payload, spec.path)
+        data = _to_dataset(payload, spec)
+    mean, std = statistics(data)
+    return replace(data, mean=tuple(mean), std=tuple(std))
 
 
 def convert(splits: Iterable[SourceSplit], spec: CacheSpec) -> dict[str, Any]:
@@ -298,8 +305,9 @@ def save_atomically(payload: dict[str, Any], path: Path) -> None:
     log.info("wrote %s", path)
 
 
-def _to_dataset(payload: Any, spec: CacheSpec, mean: Sequence[float], std: Sequence[float]) -> ImageDataset:
-    """Check that a payload is the cache ``spec`` asks for and wrap it (raises on any mismatch)."""
+def _to_dataset(payload: Any, spec: CacheSpec) -> ImageDataset:
+    """Check that a payload is the cache ``spec`` asks for and wrap it, normalised with mean 0 and std 1
+    (raises on any mismatch)."""
     if not isinstance(payload, dict):
         raise TypeError(f"expected a dict, found {type(payload).__name__}")
     wanted = _header(spec)
@@ -328,7 +336,7 @@ def _to_dataset(payload: Any, spec: CacheSpec, mean: Sequence[float], std: Seque
         labels=labels,
         class_names=list(class_names),
         splits={name: list(splits[name]) for name in SPLITS},
-        mean=tuple(mean),
-        std=tuple(std),
+        mean=(0.0,) * spec.channels,
+        std=(1.0,) * spec.channels,
         groups=None if groups is None else list(groups),
     )

@@ -3,7 +3,7 @@
 200 bird species split 140 / 30 / 30 (train / validation / test), used for cross-domain testing. As
 in the paper, the 43 images that also appear in ILSVRC-2012 are left out and images are not cropped
 to their bounding boxes. The source is the official archive as learn2learn's ``CUBirds200`` reads and
-downloads it::
+downloads it (``download=True``: about 1.1 GB)::
 
     <root>/cubirds200/CUB_200_2011/images/<class>/<image>.jpg   e.g. 001.Black_footed_Albatross/
 
@@ -21,16 +21,10 @@ References:
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
-from lightning_episodes.data.datasets.base import SPLITS, ImageDataset, register_dataset
-from lightning_episodes.data.datasets.cache import (
-    CacheSpec,
-    SourceSplit,
-    imagenet_statistics,
-    load_cached,
-    require_files,
-)
+from lightning_episodes.data.datasets.base import SPLITS, register_dataset
+from lightning_episodes.data.datasets.cache import CacheSpec, SourceSplit
+from lightning_episodes.data.datasets.converted import ConvertedDataset
 
 NAME = "cub200"
 #: Classes per split in Meta-Dataset.
@@ -41,48 +35,28 @@ LAYOUT = """\
   CUBirds200 reads them)"""
 
 
-@register_dataset(NAME)
-def load_cub200(
-    root: Path | None = None,
-    image_size: int | None = None,
-    channels: int | None = None,
-    download: bool = False,
-    cache_dir: str | Path | None = None,
-) -> ImageDataset:
-    """Load CUB-200-2011 without its ImageNet duplicates, converting it on first use.
+class CUB200(ConvertedDataset):
+    """CUB-200-2011 without its ImageNet duplicates, read through learn2learn's ``CUBirds200``."""
 
-    Args:
-        root: folder holding ``cubirds200/`` (default ``$LIGHTNING_EPISODES_DATA`` or ``~/data``).
-        image_size: side of the stored square images in pixels (default 84).
-        channels: 3 (RGB, default) or 1 (grayscale).
-        download: let learn2learn download the archive (about 1.1 GB).
-        cache_dir: folder of the converted cache (default ``root``).
+    name, split_classes, layout = NAME, SPLIT_CLASSES, LAYOUT
 
-    Returns:
-        The dataset, classes ordered train, validation, test (each in learn2learn's split order).
+    def read_splits(self, spec: CacheSpec, download: bool) -> Iterator[SourceSplit]:
+        self.require(spec, [spec.root / "cubirds200" / "CUB_200_2011" / "images"], download)
+        from learn2learn.vision.datasets import CUBirds200  # slow import: only when converting
+        from learn2learn.vision.datasets.cu_birds200 import SPLITS as CLASSES
 
-    Raises:
-        FileNotFoundError: if the images are missing and ``download`` is false.
-        ValueError: if a class has no image.
-    """
-    spec = CacheSpec.resolve(NAME, root, image_size, channels, cache_dir)
-    return load_cached(spec, lambda: _read_splits(spec, download), *imagenet_statistics(spec.channels))
+        for split in SPLITS:
+            birds = CUBirds200(
+                str(spec.root),
+                mode=split,
+                download=download,
+                include_imagenet_duplicates=False,
+                bounding_box_crop=False,
+            )
+            # birds.data holds (path, label) in os.listdir order; store by (label, path) instead
+            keys = [(label, path) for path, label in birds.data]
+            order = sorted(range(len(keys)), key=keys.__getitem__)
+            yield SourceSplit(split, CLASSES[split], birds, SPLIT_CLASSES[split], order=order)
 
 
-def _read_splits(spec: CacheSpec, download: bool) -> Iterator[SourceSplit]:
-    require_files(spec, [spec.root / "cubirds200" / "CUB_200_2011" / "images"], LAYOUT, download)
-    from learn2learn.vision.datasets import CUBirds200  # slow import: only when converting
-    from learn2learn.vision.datasets.cu_birds200 import SPLITS as CLASSES
-
-    for split in SPLITS:
-        birds = CUBirds200(
-            str(spec.root),
-            mode=split,
-            download=download,
-            include_imagenet_duplicates=False,
-            bounding_box_crop=False,
-        )
-        # birds.data holds (path, label) in os.listdir order; store by (label, path) instead
-        keys = [(label, path) for path, label in birds.data]
-        order = sorted(range(len(keys)), key=keys.__getitem__)
-        yield SourceSplit(split, CLASSES[split], birds, SPLIT_CLASSES[split], order=order)
+load_cub200 = register_dataset(NAME)(CUB200().load)

@@ -2,7 +2,7 @@
 
 47 texture classes of 120 images each, split 33 / 7 / 7 (train / validation / test), used for
 cross-domain testing. The source is the official archive ``dtd-r1.0.1.tar.gz`` in learn2learn's
-layout::
+layout (``download=True``: about 600 MB from learn2learn's address)::
 
     <root>/describable_textures/dtd/images/<class>/<image>.jpg   e.g. banded/banded_0002.jpg
 
@@ -29,14 +29,9 @@ from pathlib import Path
 
 from PIL import Image
 
-from lightning_episodes.data.datasets.base import SPLITS, ImageDataset, register_dataset
-from lightning_episodes.data.datasets.cache import (
-    CacheSpec,
-    SourceSplit,
-    imagenet_statistics,
-    load_cached,
-    require_files,
-)
+from lightning_episodes.data.datasets.base import SPLITS, register_dataset
+from lightning_episodes.data.datasets.cache import CacheSpec, SourceSplit
+from lightning_episodes.data.datasets.converted import ConvertedDataset
 
 NAME = "dtd"
 #: Classes per split in Meta-Dataset.
@@ -72,44 +67,21 @@ class TextureFolder:
             return image.convert("RGB"), label
 
 
-@register_dataset(NAME)
-def load_dtd(
-    root: Path | None = None,
-    image_size: int | None = None,
-    channels: int | None = None,
-    download: bool = False,
-    cache_dir: str | Path | None = None,
-) -> ImageDataset:
-    """Load the Describable Textures Dataset, converting it on first use.
+class DescribableTextures(ConvertedDataset):
+    """DTD read lazily in file-name order; the split lists and the download come from learn2learn."""
 
-    Args:
-        root: folder holding ``describable_textures/`` (default ``$LIGHTNING_EPISODES_DATA`` or ``~/data``).
-        image_size: side of the stored square images in pixels (default 84).
-        channels: 3 (RGB, default) or 1 (grayscale).
-        download: download the archive (about 600 MB) from learn2learn's address when it is missing.
-        cache_dir: folder of the converted cache (default ``root``).
+    name, split_classes, layout = NAME, SPLIT_CLASSES, LAYOUT
 
-    Returns:
-        The dataset, classes ordered train, validation, test (each in learn2learn's split order).
+    def read_splits(self, spec: CacheSpec, download: bool) -> Iterator[SourceSplit]:
+        from learn2learn.vision.datasets.describable_textures import DATA_DIR
+        from learn2learn.vision.datasets.describable_textures import SPLITS as CLASSES
 
-    Raises:
-        FileNotFoundError: if the images are missing and ``download`` is false.
-        ValueError: if a class has no image.
-    """
-    spec = CacheSpec.resolve(NAME, root, image_size, channels, cache_dir)
-    return load_cached(spec, lambda: _read_splits(spec, download), *imagenet_statistics(spec.channels))
-
-
-def _read_splits(spec: CacheSpec, download: bool) -> Iterator[SourceSplit]:
-    from learn2learn.vision.datasets.describable_textures import DATA_DIR
-    from learn2learn.vision.datasets.describable_textures import SPLITS as CLASSES
-
-    images = spec.root / DATA_DIR / "dtd" / "images"
-    require_files(spec, [images], LAYOUT, download)
-    if not images.exists():
-        _download(spec.root / DATA_DIR)
-    for split in SPLITS:
-        yield SourceSplit(split, CLASSES[split], TextureFolder(images, CLASSES[split]), SPLIT_CLASSES[split])
+        images = spec.root / DATA_DIR / "dtd" / "images"
+        self.require(spec, [images], download)
+        if not images.exists():
+            _download(spec.root / DATA_DIR)
+        for split in SPLITS:
+            yield SourceSplit(split, CLASSES[split], TextureFolder(images, CLASSES[split]), SPLIT_CLASSES[split])
 
 
 def _download(folder: Path) -> None:
@@ -123,3 +95,6 @@ def _download(folder: Path) -> None:
     with tarfile.open(archive) as tar:
         tar.extractall(folder, filter="data")  # refuses paths that leave the folder
     archive.unlink()
+
+
+load_dtd = register_dataset(NAME)(DescribableTextures().load)

@@ -3,7 +3,7 @@
 100 aircraft variants of 100 images each, split 70 / 15 / 15 (train / validation / test), used for
 cross-domain testing. As in the paper, images are not cropped to their bounding boxes (Meta-Dataset
 crops them). The source is the official archive ``fgvc-aircraft-2013b.tar.gz`` in learn2learn's
-layout::
+layout (``download=True``: about 2.75 GB)::
 
     <root>/fgvc_aircraft/fgvc-aircraft-2013b/data/images/<id>.jpg
     <root>/fgvc_aircraft/fgvc-aircraft-2013b/data/labels.pkl                 (written by learn2learn)
@@ -28,14 +28,9 @@ import pickle
 from collections.abc import Iterator
 from pathlib import Path
 
-from lightning_episodes.data.datasets.base import SPLITS, ImageDataset, register_dataset
-from lightning_episodes.data.datasets.cache import (
-    CacheSpec,
-    SourceSplit,
-    imagenet_statistics,
-    load_cached,
-    require_files,
-)
+from lightning_episodes.data.datasets.base import SPLITS, register_dataset
+from lightning_episodes.data.datasets.cache import CacheSpec, SourceSplit
+from lightning_episodes.data.datasets.converted import ConvertedDataset
 
 NAME = "fgvc-aircraft"
 #: Classes per split in Meta-Dataset.
@@ -48,49 +43,26 @@ LAYOUT = """\
       images_variant_train.txt, images_variant_val.txt, images_variant_test.txt)"""
 
 
-@register_dataset(NAME)
-def load_fgvc_aircraft(
-    root: Path | None = None,
-    image_size: int | None = None,
-    channels: int | None = None,
-    download: bool = False,
-    cache_dir: str | Path | None = None,
-) -> ImageDataset:
-    """Load FGVC-Aircraft (variants, no bounding-box crop), converting it on first use.
+class FGVCAircraft(ConvertedDataset):
+    """FGVC-Aircraft variants without bounding-box crops, read through learn2learn's ``FGVCAircraft``."""
 
-    Args:
-        root: folder holding ``fgvc_aircraft/`` (default ``$LIGHTNING_EPISODES_DATA`` or ``~/data``).
-        image_size: side of the stored square images in pixels (default 84).
-        channels: 3 (RGB, default) or 1 (grayscale).
-        download: let learn2learn download the archive (about 2.75 GB).
-        cache_dir: folder of the converted cache (default ``root``).
+    name, split_classes, layout = NAME, SPLIT_CLASSES, LAYOUT
 
-    Returns:
-        The dataset, classes ordered train, validation, test (each in learn2learn's split order).
+    def read_splits(self, spec: CacheSpec, download: bool) -> Iterator[SourceSplit]:
+        data = spec.root / _DATA
+        has_variants = all((data / name).exists() for name in _VARIANT_FILES)
+        labels = [] if has_variants else [data / "labels.pkl"]
+        self.require(spec, [data / "images", *labels], download)
+        if has_variants and not (data / "labels.pkl").exists():
+            _write_labels(data)
+        spec.root.mkdir(parents=True, exist_ok=True)  # learn2learn creates only the last folder level
+        from learn2learn.vision.datasets import FGVCAircraft as Aircraft  # slow import: only when converting
+        from learn2learn.vision.datasets.fgvc_aircraft import SPLITS as CLASSES
 
-    Raises:
-        FileNotFoundError: if the images or labels are missing and ``download`` is false.
-        ValueError: if a class has no image.
-    """
-    spec = CacheSpec.resolve(NAME, root, image_size, channels, cache_dir)
-    return load_cached(spec, lambda: _read_splits(spec, download), *imagenet_statistics(spec.channels))
-
-
-def _read_splits(spec: CacheSpec, download: bool) -> Iterator[SourceSplit]:
-    data = spec.root / _DATA
-    has_variants = all((data / name).exists() for name in _VARIANT_FILES)
-    labels = [] if has_variants else [data / "labels.pkl"]
-    require_files(spec, [data / "images", *labels], LAYOUT, download)
-    if has_variants and not (data / "labels.pkl").exists():
-        _write_labels(data)
-    spec.root.mkdir(parents=True, exist_ok=True)  # learn2learn creates only the last folder level
-    from learn2learn.vision.datasets import FGVCAircraft  # slow import: only when converting
-    from learn2learn.vision.datasets.fgvc_aircraft import SPLITS as CLASSES
-
-    for split in SPLITS:
-        aircraft = FGVCAircraft(str(spec.root), mode=split, download=download, bounding_box_crop=False)
-        classes = CLASSES["valid" if split == "validation" else split]
-        yield SourceSplit(split, classes, aircraft, SPLIT_CLASSES[split])
+        for split in SPLITS:
+            aircraft = Aircraft(str(spec.root), mode=split, download=download, bounding_box_crop=False)
+            classes = CLASSES["valid" if split == "validation" else split]
+            yield SourceSplit(split, classes, aircraft, SPLIT_CLASSES[split])
 
 
 def _write_labels(data: Path) -> None:
@@ -105,3 +77,6 @@ def _write_labels(data: Path) -> None:
     with open(temporary, "wb") as file:
         pickle.dump(pairs, file)
     os.replace(temporary, data / "labels.pkl")
+
+
+load_fgvc_aircraft = register_dataset(NAME)(FGVCAircraft().load)

@@ -32,7 +32,8 @@ import torch
 from PIL import Image, UnidentifiedImageError
 
 from lightning_episodes.data.datasets.base import SPLITS, ImageDataset, register_dataset
-from lightning_episodes.data.datasets.cache import CacheSpec, SourceSplit, load_cached
+from lightning_episodes.data.datasets.cache import CacheSpec, SourceSplit, Statistics
+from lightning_episodes.data.datasets.converted import ConvertedDataset
 
 NAME = "folder"
 #: File name endings read as images (case-insensitive).
@@ -148,66 +149,65 @@ def fingerprint(tree: dict[str, dict[str, list[Path]]]) -> str:
     return digest.hexdigest()[:12]
 
 
-@register_dataset(NAME)
-def load_folder(
-    root: Path | None = None,
-    image_size: int | None = None,
-    channels: int | None = None,
-    download: bool = False,
-    cache_dir: str | Path | None = None,
-) -> ImageDataset:
-    """Load ``root/<split>/<class>/<image>`` images, converting them into the uint8 cache on first use.
+class ImageFolder(ConvertedDataset):
+    """``root/<split>/<class>/<image>`` images; the cache file is named by a fingerprint of the files."""
 
-    Args:
-        root: the folder holding ``train/``, ``val/`` (or ``validation/``) and ``test/`` (required).
-        image_size: side of the stored square images in pixels (default 84).
-        channels: 3 (RGB, default) or 1 (grayscale).
-        download: must be false (there is nothing to download).
-        cache_dir: folder of the converted cache (default ``root``).
+    name, layout = NAME, LAYOUT
 
-    Returns:
-        The dataset, classes ordered train, validation, test (each by name).
+    def cache_spec(
+        self,
+        root: Path | None,
+        image_size: int | None,
+        channels: int | None,
+        download: bool,
+        cache_dir: str | Path | None,
+    ) -> CacheSpec:
+        """Check the tree under ``root`` (required) and name the cache by its fingerprint.
 
-    Raises:
-        FileNotFoundError: if ``root`` or a split folder is missing.
-        ValueError: without ``root``, with ``download``, for files that are not images, an empty class folder, or a
-            bad ``image_size``/``channels``.
-    """
-    if root is None:
-        raise ValueError(f"data.dataset=folder needs data.root: the folder laid out as\n{LAYOUT.format(root='ROOT')}")
-    if download:
-        raise ValueError("data.download=true: the folder dataset reads local files, there is nothing to download")
-    root = Path(root).expanduser()
-    tree = {split: class_files(folder) for split, folder in split_folders(root).items()}
-    spec = CacheSpec.resolve(NAME, root, image_size, channels, cache_dir)
-    key = fingerprint(tree)
-    spec = dataclasses.replace(
-        spec, path=spec.path.with_name(f"{NAME}-{key}-{spec.path.name.removeprefix(NAME + '-')}")
-    )
-    placeholder = (0.0,) * spec.channels, (1.0,) * spec.channels  # replaced by the training images' statistics
-    data = load_cached(spec, lambda: _read_splits(tree), *placeholder)
-    mean, std = _statistics(data)
-    return dataclasses.replace(data, mean=mean, std=std)
+        Raises:
+            FileNotFoundError: if ``root`` or a split folder is missing.
+            ValueError: without ``root``, with ``download``, for files that are not images or an empty class
+                folder.
+        """
+        if root is None:
+            raise ValueError(
+                f"data.dataset=folder needs data.root: the folder laid out as\n{LAYOUT.format(root='ROOT')}"
+            )
+        if download:
+            raise ValueError("data.download=true: the folder dataset reads local files, there is nothing to download")
+        root = Path(root).expanduser()
+        spec = super().cache_spec(root, image_size, channels, download, cache_dir)
+        key = fingerprint(_tree(root))
+        return dataclasses.replace(
+            spec, path=spec.path.with_name(f"{NAME}-{key}-{spec.path.name.removeprefix(NAME + '-')}")
+        )
+
+    def read_splits(self, spec: CacheSpec, download: bool) -> Iterator[SourceSplit]:
+        tree = _tree(spec.root)
+        for split in SPLITS:
+            classes = tree[split]
+            files = [path for name in classes for path in classes[name]]
+            labels = [label for label, name in enumerate(classes) for _ in classes[name]]
+            yield SourceSplit(split, list(classes), ImageFiles(files, labels), len(classes))
+
+    def statistics(self, data: ImageDataset) -> Statistics:
+        """Per-channel mean and standard deviation of the training images / 255 (float64, in chunks)."""
+        rows = torch.isin(data.labels, torch.tensor(data.splits["train"])).nonzero().flatten()
+        total = torch.zeros(data.images.shape[1], dtype=torch.float64)
+        squares = torch.zeros_like(total)
+        for chunk in rows.split(4096):
+            pixels = data.images[chunk].double().div_(255).transpose(0, 1).flatten(1)
+            total += pixels.sum(1)
+            squares += pixels.square().sum(1)
+        count = len(rows) * data.images.shape[2] * data.images.shape[3]
+        mean = total / count
+        std = (squares / count - mean.square()).clamp_min(0).sqrt().clamp_min(1e-6)
+        return tuple(mean.tolist()), tuple(std.tolist())
 
 
-def _read_splits(tree: dict[str, dict[str, list[Path]]]) -> Iterator[SourceSplit]:
-    for split in SPLITS:
-        classes = tree[split]
-        files = [path for name in classes for path in classes[name]]
-        labels = [label for label, name in enumerate(classes) for _ in classes[name]]
-        yield SourceSplit(split, list(classes), ImageFiles(files, labels), len(classes))
+def _tree(root: Path) -> dict[str, dict[str, list[Path]]]:
+    """Split -> class name -> image files (see :func:`split_folders` and :func:`class_files`)."""
+    return {split: class_files(folder) for split, folder in split_folders(root).items()}
 
 
-def _statistics(data: ImageDataset) -> tuple[tuple[float, ...], tuple[float, ...]]:
-    """Per-channel mean and standard deviation of the training images / 255 (float64, in chunks)."""
-    rows = torch.isin(data.labels, torch.tensor(data.splits["train"])).nonzero().flatten()
-    total = torch.zeros(data.images.shape[1], dtype=torch.float64)
-    squares = torch.zeros_like(total)
-    for chunk in rows.split(4096):
-        pixels = data.images[chunk].double().div_(255).transpose(0, 1).flatten(1)
-        total += pixels.sum(1)
-        squares += pixels.square().sum(1)
-    count = len(rows) * data.images.shape[2] * data.images.shape[3]
-    mean = total / count
-    std = (squares / count - mean.square()).clamp_min(0).sqrt().clamp_min(1e-6)
-    return tuple(mean.tolist()), tuple(std.tolist())
+load_folder = register_dataset(NAME)(ImageFolder().load)

@@ -1,7 +1,8 @@
 """Mini-ImageNet (Vinyals et al., 2016) with the class split of Ravi & Larochelle (2017).
 
 100 ILSVRC-2012 classes of 600 images each at 84 × 84 pixels, split 64 / 16 / 20 (train / validation /
-test). The source files are the pickles that learn2learn's ``MiniImagenet`` reads and downloads::
+test). The source files are the pickles that learn2learn's ``MiniImagenet`` reads and downloads
+(``download=True``: about 3 GB)::
 
     <root>/mini-imagenet-cache-{train,validation,test}.pkl
     each a dict {"image_data": uint8 [N, 84, 84, 3], "class_dict": {wnid: [row, ...]}}
@@ -20,16 +21,10 @@ References:
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
-from lightning_episodes.data.datasets.base import SPLITS, ImageDataset, register_dataset
-from lightning_episodes.data.datasets.cache import (
-    CacheSpec,
-    SourceSplit,
-    imagenet_statistics,
-    load_cached,
-    require_files,
-)
+from lightning_episodes.data.datasets.base import SPLITS, register_dataset
+from lightning_episodes.data.datasets.cache import CacheSpec, SourceSplit
+from lightning_episodes.data.datasets.converted import ConvertedDataset
 
 NAME = "mini-imagenet"
 #: Classes per split in Ravi & Larochelle (2017).
@@ -42,40 +37,20 @@ LAYOUT = """\
   as learn2learn's MiniImagenet reads them)"""
 
 
-@register_dataset(NAME)
-def load_mini_imagenet(
-    root: Path | None = None,
-    image_size: int | None = None,
-    channels: int | None = None,
-    download: bool = False,
-    cache_dir: str | Path | None = None,
-) -> ImageDataset:
-    """Load mini-ImageNet, converting learn2learn's pickles into the uint8 cache on first use.
+class MiniImageNet(ConvertedDataset):
+    """Mini-ImageNet from learn2learn's pickles, read through its ``MiniImagenet``."""
 
-    Args:
-        root: folder holding the pickles (default ``$LIGHTNING_EPISODES_DATA`` or ``~/data``).
-        image_size: side of the stored square images in pixels (default 84, the native size).
-        channels: 3 (RGB, default) or 1 (grayscale).
-        download: let learn2learn download missing pickles (about 3 GB).
-        cache_dir: folder of the converted cache (default ``root``).
+    name, split_classes, layout = NAME, SPLIT_CLASSES, LAYOUT
 
-    Returns:
-        The dataset, classes ordered train, validation, test.
+    def read_splits(self, spec: CacheSpec, download: bool) -> Iterator[SourceSplit]:
+        self.require(spec, [spec.root / f"mini-imagenet-cache-{split}.pkl" for split in SPLITS], download)
+        from learn2learn.vision.datasets import MiniImagenet  # slow import: only when converting
 
-    Raises:
-        FileNotFoundError: if the pickles are missing and ``download`` is false.
-        ValueError: if a split does not have 64 / 16 / 20 classes.
-    """
-    spec = CacheSpec.resolve(NAME, root, image_size, channels, cache_dir)
-    return load_cached(spec, lambda: _read_splits(spec, download), *imagenet_statistics(spec.channels))
+        spec.root.mkdir(parents=True, exist_ok=True)  # learn2learn creates only the last folder level
+        for split in SPLITS:
+            dataset = MiniImagenet(str(spec.root), mode=split, download=download)
+            del dataset.data  # its float copy dataset.x is what __getitem__ reads
+            yield SourceSplit(split, list(dataset.class_idx), dataset, SPLIT_CLASSES[split])
 
 
-def _read_splits(spec: CacheSpec, download: bool) -> Iterator[SourceSplit]:
-    require_files(spec, [spec.root / f"mini-imagenet-cache-{split}.pkl" for split in SPLITS], LAYOUT, download)
-    from learn2learn.vision.datasets import MiniImagenet  # slow import: only when converting
-
-    spec.root.mkdir(parents=True, exist_ok=True)  # learn2learn creates only the last folder level
-    for split in SPLITS:
-        dataset = MiniImagenet(str(spec.root), mode=split, download=download)
-        del dataset.data  # its float copy dataset.x is what __getitem__ reads
-        yield SourceSplit(split, list(dataset.class_idx), dataset, SPLIT_CLASSES[split])
+load_mini_imagenet = register_dataset(NAME)(MiniImageNet().load)

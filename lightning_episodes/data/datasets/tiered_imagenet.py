@@ -2,7 +2,8 @@
 
 Classes are split by category so that training and test classes are semantically apart: 351 classes
 (20 categories) for training, 97 (6) for validation, 160 (8) for testing, at 84 × 84 pixels. The
-source files are those of Ren et al., which learn2learn's ``TieredImagenet`` reads and downloads::
+source files are those of Ren et al., which learn2learn's ``TieredImagenet`` reads and downloads
+(``download=True``: about 12 GB; the cache takes about 16.5 GB at 84 px)::
 
     <root>/tiered-imagenet/{train,val,test}_images_png.pkl   list of PNG-encoded images (uint8 arrays)
     <root>/tiered-imagenet/{train,val,test}_labels.pkl       dict with "label_specific" (class per
@@ -27,19 +28,13 @@ from __future__ import annotations
 import pickle
 import warnings
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from lightning_episodes.data.datasets.base import SPLITS, ImageDataset, register_dataset
-from lightning_episodes.data.datasets.cache import (
-    CacheSpec,
-    SourceSplit,
-    imagenet_statistics,
-    load_cached,
-    require_files,
-)
+from lightning_episodes.data.datasets.base import SPLITS, register_dataset
+from lightning_episodes.data.datasets.cache import CacheSpec, SourceSplit
+from lightning_episodes.data.datasets.converted import ConvertedDataset
 
 NAME = "tiered-imagenet"
 #: Classes and high-level categories per split in Ren et al. (2018).
@@ -52,50 +47,26 @@ LAYOUT = """\
       label_specific_str, label_general_str), as learn2learn's TieredImagenet reads them"""
 
 
-@register_dataset(NAME)
-def load_tiered_imagenet(
-    root: Path | None = None,
-    image_size: int | None = None,
-    channels: int | None = None,
-    download: bool = False,
-    cache_dir: str | Path | None = None,
-) -> ImageDataset:
-    """Load tiered-ImageNet with its categories as ``groups``, converting it on first use.
+class TieredImageNet(ConvertedDataset):
+    """Tiered-ImageNet with its categories as ``groups`` when they are consistent (see the module docstring)."""
 
-    Args:
-        root: folder holding ``tiered-imagenet/`` (default ``$LIGHTNING_EPISODES_DATA`` or ``~/data``).
-        image_size: side of the stored square images in pixels (default 84, the native size).
-        channels: 3 (RGB, default) or 1 (grayscale).
-        download: let learn2learn download missing files (about 12 GB).
-        cache_dir: folder of the converted cache (default ``root``; the cache takes about 16.5 GB at 84 px).
+    name, split_classes, layout = NAME, SPLIT_CLASSES, LAYOUT
 
-    Returns:
-        The dataset, classes ordered train, validation, test, with one category name per class
-        (``groups=None`` if the category labels are corrupt, as in the released files).
+    def read_splits(self, spec: CacheSpec, download: bool) -> Iterator[SourceSplit]:
+        folder = spec.root / "tiered-imagenet"
+        required = [folder / f"{_FILE_SPLIT[s]}_{kind}.pkl" for s in SPLITS for kind in ("images_png", "labels")]
+        self.require(spec, required, download)
+        from learn2learn.vision.datasets import TieredImagenet  # slow import: only when converting
 
-    Raises:
-        FileNotFoundError: if the files are missing and ``download`` is false.
-        ValueError: if a split does not have the published number of classes.
-    """
-    spec = CacheSpec.resolve(NAME, root, image_size, channels, cache_dir)
-    return load_cached(spec, lambda: _read_splits(spec, download), *imagenet_statistics(spec.channels))
-
-
-def _read_splits(spec: CacheSpec, download: bool) -> Iterator[SourceSplit]:
-    folder = spec.root / "tiered-imagenet"
-    required = [folder / f"{_FILE_SPLIT[s]}_{kind}.pkl" for s in SPLITS for kind in ("images_png", "labels")]
-    require_files(spec, required, LAYOUT, download)
-    from learn2learn.vision.datasets import TieredImagenet  # slow import: only when converting
-
-    spec.root.mkdir(parents=True, exist_ok=True)  # learn2learn creates only the last folder level
-    for split in SPLITS:
-        images = TieredImagenet(str(spec.root), mode=split, download=download)  # decodes PNGs lazily
-        with open(folder / f"{_FILE_SPLIT[split]}_labels.pkl", "rb") as file:
-            labels = pickle.load(file, encoding="latin1")  # Python 2 pickles of numpy arrays need latin1
-        class_names = [_text(name) for name in labels["label_specific_str"]]
-        groups = _categories(labels, len(class_names), split)
-        yield SourceSplit(split, class_names, images, SPLIT_CLASSES[split], groups=groups)
-        del images  # free this split's encoded images before the next split is read
+        spec.root.mkdir(parents=True, exist_ok=True)  # learn2learn creates only the last folder level
+        for split in SPLITS:
+            images = TieredImagenet(str(spec.root), mode=split, download=download)  # decodes PNGs lazily
+            with open(folder / f"{_FILE_SPLIT[split]}_labels.pkl", "rb") as file:
+                labels = pickle.load(file, encoding="latin1")  # Python 2 pickles of numpy arrays need latin1
+            class_names = [_text(name) for name in labels["label_specific_str"]]
+            groups = _categories(labels, len(class_names), split)
+            yield SourceSplit(split, class_names, images, SPLIT_CLASSES[split], groups=groups)
+            del images  # free this split's encoded images before the next split is read
 
 
 def _categories(labels: dict[str, Any], num_classes: int, split: str) -> list[str] | None:
@@ -124,3 +95,6 @@ def _categories(labels: dict[str, Any], num_classes: int, split: str) -> list[st
 def _text(name: object) -> str:
     """A class or category name, whether pickled by Python 2 (str) or stored as bytes."""
     return name.decode() if isinstance(name, bytes) else str(name)
+
+
+load_tiered_imagenet = register_dataset(NAME)(TieredImageNet().load)
