@@ -16,11 +16,11 @@ from lightning_episodes.data.episode import Episode, EpisodeIdentity
 from lightning_episodes.data.sampler import EpisodeSampler
 from lightning_episodes.data.streams import EvaluationEpisodes, TrainingEpisodes
 
-
-def _positive(**values: int | None) -> None:
-    for name, value in values.items():
-        if value is not None and value < 1:
-            raise ValueError(f"data.{name} must be >= 1, got {value}")
+#: The arguments that must be >= 1 where given (``None`` stands for a default), in the order they are checked.
+_POSITIVE = (
+    "ways", "shots", "queries", "eval_ways", "eval_shots", "eval_queries", "episodes_per_batch",
+    "eval_episodes_per_batch", "val_episodes", "test_episodes", "image_size", "channels",
+)  # fmt: skip
 
 
 class EpisodicDataModule(pl.LightningDataModule):
@@ -89,20 +89,10 @@ class EpisodicDataModule(pl.LightningDataModule):
         download: bool = False,
     ) -> None:
         super().__init__()
-        _positive(
-            ways=ways,
-            shots=shots,
-            queries=queries,
-            eval_ways=eval_ways,
-            eval_shots=eval_shots,
-            eval_queries=eval_queries,
-            episodes_per_batch=episodes_per_batch,
-            eval_episodes_per_batch=eval_episodes_per_batch,
-            val_episodes=val_episodes,
-            test_episodes=test_episodes,
-            image_size=image_size,
-            channels=channels,
-        )
+        self.save_hyperparameters()
+        for name in _POSITIVE:
+            if self.hparams[name] is not None and self.hparams[name] < 1:
+                raise ValueError(f"data.{name} must be >= 1, got {self.hparams[name]}")
         if train_episodes_per_epoch is not None and train_episodes_per_epoch < episodes_per_batch:
             raise ValueError(
                 f"data.train_episodes_per_epoch={train_episodes_per_epoch} must be >= "
@@ -110,7 +100,6 @@ class EpisodicDataModule(pl.LightningDataModule):
             )
         if num_workers < 0:
             raise ValueError(f"data.num_workers must be >= 0, got {num_workers}")
-        self.save_hyperparameters()
         self.dataset_name, self.root, self.seed = dataset, root, seed
         self.train_seed = seed if train_seed is None else train_seed
         self.ways, self.shots, self.queries = ways, shots, queries

@@ -21,12 +21,10 @@ class is a training class in disguise.
 from __future__ import annotations
 
 import hashlib
-import logging
 import os
+import sys
 import unicodedata
-import warnings
-import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,12 +33,24 @@ import PIL
 import torch
 from PIL import features
 
-from lightning_episodes.data.datasets import glyphs_render
+from lightning_episodes.data.datasets import glyphs_render, rendered
 from lightning_episodes.data.datasets.base import ImageDataset, register_dataset
-from lightning_episodes.data.datasets.cache import save_atomically
+from lightning_episodes.data.datasets.rendered import (
+    RenderedDataset,
+    cached_or_rendered,
+    check_arguments,
+    checksum,
+    level_statistics,
+    read_payload,
+    render_processes,
+    write_cache,
+)
 
-log = logging.getLogger(__name__)
+__all__ = [  # the cache helpers shared with glyphs-hard are part of this module's interface
+    "cached_or_rendered", "check_arguments", "checksum", "read_payload", "render_processes", "write_cache",
+]  # fmt: skip
 
+NAME = "glyphs"
 #: A character is a class when at least this many fonts really draw it.
 MIN_FONTS = 6
 #: Bump whenever the rendering or the class selection changes: old cache files are then ignored.
@@ -166,13 +176,10 @@ def select_characters(characters: Sequence[str] | None = None, processes: int = 
     return [d[0] for d in kept], [d[1] for d in kept]
 
 
-def default_cache_dir(name: str = "glyphs") -> Path:
-    """``$LIGHTNING_EPISODES_CACHE/<name>``, else ``$XDG_CACHE_HOME/lightning-episodes/<name>``, where
+def default_cache_dir(name: str = NAME) -> Path:
+    """``$LIGHTNING_EPISODES_CACHE/glyphs``, else ``$XDG_CACHE_HOME/lightning-episodes/glyphs``, where
     ``XDG_CACHE_HOME`` defaults to ``~/.cache``."""
-    if os.environ.get("LIGHTNING_EPISODES_CACHE"):
-        return Path(os.environ["LIGHTNING_EPISODES_CACHE"]).expanduser() / name
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache").expanduser()
-    return base / "lightning-episodes" / name
+    return rendered.default_cache_dir(name)
 
 
 def fingerprint() -> str:
@@ -185,12 +192,7 @@ def fingerprint() -> str:
 def cache_file(root: Path, image_size: int, images_per_class: int, seed: int) -> Path:
     """The cache file of one parameter set. Images are stored grey; ``channels`` only repeats them."""
     version = f"v{FORMAT_VERSION}-{fingerprint()}"
-    return root / f"glyphs-{image_size}px-{images_per_class}per-class-seed{seed}-{version}.pt"
-
-
-def checksum(images: torch.Tensor, characters: list[str]) -> int:
-    """CRC-32 of the pixels and the class list: ``torch.load`` does not notice flipped bytes."""
-    return zlib.crc32("".join(characters).encode(), zlib.crc32(images.contiguous().numpy().data))
+    return root / f"{NAME}-{image_size}px-{images_per_class}per-class-seed{seed}-{version}.pt"
 
 
 def build_payload(
@@ -204,39 +206,9 @@ def build_payload(
     return {"format": FORMAT_VERSION, "characters": chars, "images": images, "checksum": checksum(images, chars)}
 
 
-def write_cache(path: Path, payload: dict[str, Any]) -> None:
-    """Save atomically (a temporary file next to ``path``, then a rename), so that a reader never sees a
-    half-written file, even while another process (a DDP rank) writes the same one."""
-    save_atomically(payload, path)
-
-
 def read_cache(path: Path, image_size: int, images_per_class: int) -> dict[str, Any] | None:
     """The cached payload, or ``None`` (with a warning) if the file is missing, unreadable or corrupt."""
-    return read_payload(path, FORMAT_VERSION, (images_per_class, image_size, image_size), "glyphs")
-
-
-def read_payload(path: Path, version: int, shape: tuple[int, ...], name: str) -> dict[str, Any] | None:
-    """A cached ``{"format", "characters", "images", "checksum"}`` payload whose images are uint8
-    ``[len(characters), *shape]``, or ``None`` (with a warning naming the ``name`` dataset) if the file is
-    missing, unreadable or corrupt."""
-    if not path.is_file():
-        return None
-    try:
-        payload = torch.load(path, map_location="cpu", weights_only=True)
-        images, chars = payload["images"], payload["characters"]
-        problem = (
-            "another format" if payload["format"] != version
-            else "not a uint8 tensor" if not isinstance(images, torch.Tensor) or images.dtype != torch.uint8
-            else "another shape" if tuple(images.shape) != (len(chars), *shape)
-            else "checksum mismatch" if payload["checksum"] != checksum(images, chars)
-            else None
-        )  # fmt: skip
-    except Exception as error:  # a truncated zip or a foreign file: regenerate rather than fail
-        problem = f"{type(error).__name__}: {error}"
-    if problem is None:
-        return payload
-    warnings.warn(f"{path} is not a valid {name} cache ({problem}); rendering it again", stacklevel=3)
-    return None
+    return read_payload(path, FORMAT_VERSION, (images_per_class, image_size, image_size), NAME)
 
 
 def split_by_alphabet(chars: Sequence[str]) -> tuple[list[str], dict[str, list[int]]]:
@@ -254,88 +226,12 @@ def to_dataset(payload: dict[str, Any], channels: int) -> ImageDataset:
     grey: torch.Tensor = payload["images"]
     classes, per_class, size = grey.shape[0], grey.shape[1], grey.shape[-1]
     groups, splits = split_by_alphabet(chars)
-    train = grey[splits["train"]] if splits["train"] else grey
-    # Exact statistics from the histogram of the 256 grey levels, without a float copy of the images.
-    counts = torch.bincount(train.flatten(), minlength=256).to(torch.float64)
-    levels = torch.arange(256, dtype=torch.float64) / 255.0
-    mean = float((counts * levels).sum() / counts.sum())
-    std = float(((counts * (levels - mean) ** 2).sum() / counts.sum()).sqrt())
+    mean, std = level_statistics(grey[splits["train"]] if splits["train"] else grey)
     images = grey.reshape(classes * per_class, 1, size, size).expand(-1, channels, -1, -1).contiguous()
     labels = torch.arange(classes, dtype=torch.int64).repeat_interleave(per_class)
     return ImageDataset(images, labels, list(chars), splits, (mean,) * channels, (std,) * channels, groups)
 
 
-def render_processes() -> int:
-    """Worker processes for rendering: the CPUs this process may use, at most 8."""
-    return min(8, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
-
-
-@register_dataset("glyphs")
-def load_glyphs(
-    root: Path | None = None,
-    image_size: int | None = None,
-    channels: int | None = None,
-    images_per_class: int = 20,
-    seed: int = 0,
-) -> ImageDataset:
-    """Load the glyphs dataset, rendering it on first use (about half a minute) and caching it.
-
-    Args:
-        root: cache directory; default :func:`default_cache_dir`.
-        image_size: height and width in pixels; default 28.
-        channels: 1 (grey) or 3 (the grey channel repeated); default 1.
-        images_per_class: renderings of each character; default 20 (as Omniglot).
-        seed: seed of the jitter; the same seed gives byte-identical images.
-
-    Returns:
-        About 3,500 classes of white-on-black characters, split by alphabet (see the module docstring).
-
-    Raises:
-        ValueError: for an ``image_size`` outside 8..256, ``channels`` not 1 or 3,
-            ``images_per_class`` < 1 or a negative ``seed``.
-    """
-    image_size = 28 if image_size is None else image_size
-    channels = 1 if channels is None else channels
-    check_arguments(image_size, (8, 256), channels, images_per_class, seed)
-    path = cache_file(Path(root) if root is not None else default_cache_dir(), image_size, images_per_class, seed)
-    payload = cached_or_rendered(
-        "glyphs", path, read_cache(path, image_size, images_per_class),
-        lambda: build_payload(image_size, images_per_class, seed, processes=render_processes()),
-    )  # fmt: skip
-    return to_dataset(payload, channels)
-
-
-def check_arguments(
-    image_size: int, sizes: tuple[int, int], channels: int, images_per_class: int, seed: int, dataset: str = ""
-) -> None:
-    """The argument checks of the rendered datasets (``glyphs``, ``glyphs-hard``); ``sizes`` is the allowed
-    ``image_size`` range and ``dataset`` names the dataset in its message.
-
-    Raises:
-        ValueError: naming the argument and its allowed values.
-    """
-    where = f" for {dataset}" if dataset else ""
-    if not sizes[0] <= image_size <= sizes[1]:
-        raise ValueError(f"image_size must be in {sizes[0]}..{sizes[1]} pixels{where}, got {image_size}")
-    if channels not in (1, 3):
-        raise ValueError(f"channels must be 1 or 3, got {channels}")
-    if images_per_class < 1:
-        raise ValueError(f"images_per_class must be >= 1, got {images_per_class}")
-    if seed < 0:
-        raise ValueError(f"seed must be >= 0, got {seed}")
-
-
-def cached_or_rendered(
-    name: str, path: Path, cached: dict[str, Any] | None, render: Callable[[], dict[str, Any]]
-) -> dict[str, Any]:
-    """``cached`` (a payload read from ``path``), or ``render()`` written to ``path`` for next time (a cache
-    folder that cannot be written costs time, not correctness: a warning)."""
-    if cached is not None:
-        return cached
-    log.info("rendering the %s dataset into %s", name, path)
-    payload = render()
-    try:
-        write_cache(path, payload)
-    except OSError as error:
-        warnings.warn(f"could not cache the {name} dataset in {path}: {error}", stacklevel=3)
-    return payload
+#: The white-on-black glyphs at 28 px (8 to 256), one grey channel (3: the grey channel repeated).
+GLYPHS = RenderedDataset(NAME, sys.modules[__name__], image_size=28, channels=1, image_sizes=(8, 256))
+load_glyphs = register_dataset(NAME)(GLYPHS.load)

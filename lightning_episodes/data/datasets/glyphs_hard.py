@@ -16,15 +16,17 @@ minute on two cores) and cached as uint8 RGB under :func:`default_cache_dir`.
 from __future__ import annotations
 
 import hashlib
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from lightning_episodes.data.datasets import glyphs, glyphs_hard_render
+from lightning_episodes.data.datasets import glyphs, glyphs_hard_render, rendered
 from lightning_episodes.data.datasets.base import ImageDataset, register_dataset
 from lightning_episodes.data.datasets.glyphs_hard_render import Difficulty
+from lightning_episodes.data.datasets.rendered import RenderedDataset
 
 NAME = "glyphs-hard"
 #: Bump whenever the rendering changes: old cache files are then ignored.
@@ -37,7 +39,7 @@ _LUMA_FIXED = (19595, 38470, 7471)
 
 def default_cache_dir() -> Path:
     """``$LIGHTNING_EPISODES_CACHE/glyphs-hard``, else ``$XDG_CACHE_HOME/lightning-episodes/glyphs-hard``."""
-    return glyphs.default_cache_dir(NAME)
+    return rendered.default_cache_dir(NAME)
 
 
 def cache_file(root: Path, image_size: int, images_per_class: int, seed: int, knobs: Difficulty = DIFFICULTY) -> Path:
@@ -65,12 +67,17 @@ def build_payload(
     images = torch.from_numpy(
         glyphs_hard_render.render_characters(chars, fonts_of, images_per_class, image_size, seed, knobs, processes)
     )
-    return {"format": FORMAT_VERSION, "characters": chars, "images": images, "checksum": glyphs.checksum(images, chars)}
+    return {
+        "format": FORMAT_VERSION,
+        "characters": chars,
+        "images": images,
+        "checksum": rendered.checksum(images, chars),
+    }
 
 
 def read_cache(path: Path, image_size: int, images_per_class: int) -> dict[str, Any] | None:
     """The cached payload, or ``None`` (with a warning) if the file is missing, unreadable or corrupt."""
-    return glyphs.read_payload(path, FORMAT_VERSION, (images_per_class, 3, image_size, image_size), NAME)
+    return rendered.read_payload(path, FORMAT_VERSION, (images_per_class, 3, image_size, image_size), NAME)
 
 
 def _luma(rgb: torch.Tensor) -> torch.Tensor:
@@ -94,47 +101,10 @@ def to_dataset(payload: dict[str, Any], channels: int) -> ImageDataset:
         images = _luma(images)
     labels = torch.arange(classes, dtype=torch.int64).repeat_interleave(per_class)
     train = images[torch.isin(labels, torch.tensor(splits["train"] or list(range(classes))))]
-    # Exact statistics from each channel's histogram of the 256 levels, without a float copy of the images.
-    levels = torch.arange(256, dtype=torch.float64) / 255.0
-    mean, std = [], []
-    for c in range(channels):
-        counts = torch.bincount(train[:, c].flatten(), minlength=256).to(torch.float64)
-        m = float((counts * levels).sum() / counts.sum())
-        mean.append(m)
-        std.append(float(((counts * (levels - m) ** 2).sum() / counts.sum()).sqrt()))
+    mean, std = zip(*(rendered.level_statistics(train[:, c]) for c in range(channels)), strict=True)
     return ImageDataset(images, labels, list(chars), splits, tuple(mean), tuple(std), groups)
 
 
-@register_dataset(NAME)
-def load_glyphs_hard(
-    root: Path | None = None,
-    image_size: int | None = None,
-    channels: int | None = None,
-    images_per_class: int = 20,
-    seed: int = 0,
-) -> ImageDataset:
-    """Load the glyphs-hard dataset, rendering it on first use (about a minute on two cores) and caching it.
-
-    Args:
-        root: cache directory; default :func:`default_cache_dir`.
-        image_size: height and width in pixels; default 32.
-        channels: 3 (RGB) or 1 (its luminance); default 3.
-        images_per_class: renderings of each character; default 20.
-        seed: seed of every random choice; the same seed gives byte-identical images.
-
-    Returns:
-        ``glyphs``' classes (about 3,500, split by alphabet) as cluttered colour images.
-
-    Raises:
-        ValueError: for an ``image_size`` outside 16..128, ``channels`` not 1 or 3,
-            ``images_per_class`` < 1 or a negative ``seed``.
-    """
-    image_size = 32 if image_size is None else image_size
-    channels = 3 if channels is None else channels
-    glyphs.check_arguments(image_size, (16, 128), channels, images_per_class, seed, NAME)
-    path = cache_file(Path(root) if root is not None else default_cache_dir(), image_size, images_per_class, seed)
-    payload = glyphs.cached_or_rendered(
-        NAME, path, read_cache(path, image_size, images_per_class),
-        lambda: build_payload(image_size, images_per_class, seed, processes=glyphs.render_processes()),
-    )  # fmt: skip
-    return to_dataset(payload, channels)
+#: The cluttered colour glyphs at 32 px (16 to 128), RGB (1 channel: its luminance).
+GLYPHS_HARD = RenderedDataset(NAME, sys.modules[__name__], image_size=32, channels=3, image_sizes=(16, 128))
+load_glyphs_hard = register_dataset(NAME)(GLYPHS_HARD.load)

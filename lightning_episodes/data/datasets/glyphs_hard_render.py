@@ -29,7 +29,7 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 from lightning_episodes.data.datasets import glyphs_render
-from lightning_episodes.data.datasets.glyphs_render import _Glyph, _renderer, _stroke
+from lightning_episodes.data.datasets.glyphs_render import _Glyph, _renderer, stroked_glyph
 
 #: Characters whose fragments clutter the background (every font draws most of them).
 CLUTTER_CHARACTERS = "ABCDEFGHJKLMNPQRSTUVWXYZabdefghkmnqrstuwxyz23456789&%#@"
@@ -143,13 +143,6 @@ def _layers(
         # stroke width change in thirds of an image pixel, as in glyphs
         font, radius = font_indices[int(rng.integers(len(font_indices)))], int(rng.integers(-1, 3))
         radius = round(radius * supersample / 3)
-        if (font, 0) not in cache:
-            glyph = renderer.glyph(font, ch)
-            if glyph is None:
-                raise RuntimeError(f"{renderer.fonts[font].name} does not draw {ch!r}")
-            cache[font, 0] = glyph
-        if (font, radius) not in cache:
-            cache[font, radius] = _stroke(cache[font, 0], radius) or cache[font, 0]
         jitter = (
             math.radians(rng.uniform(-knobs.rotation, knobs.rotation)),
             math.exp(rng.uniform(math.log(knobs.scale[0]), math.log(knobs.scale[1]))),
@@ -157,7 +150,7 @@ def _layers(
             rng.uniform(-knobs.shift, knobs.shift),
             rng.uniform(-knobs.shift, knobs.shift),
         )
-        glyph_masks.append(renderer.place(cache[font, radius], canvas, jitter))
+        glyph_masks.append(renderer.place(stroked_glyph(renderer, cache, font, ch, radius), canvas, jitter))
 
         clutter = Image.new("L", (canvas, canvas))
         for _ in range(int(rng.integers(0, knobs.clutter + 1))):
@@ -221,7 +214,7 @@ def render_character(
     Returns:
         uint8 array ``[images_per_class, 3, image_size, image_size]`` (RGB).
     """
-    supersample = max(1, min(glyphs_render.SUPERSAMPLE, glyphs_render.MAX_CANVAS // image_size))
+    supersample = glyphs_render.supersample_for(image_size)
     canvas, n = supersample * image_size, images_per_class
     # Shapes from one generator, colours from another, noise from a third: an image's geometry does not
     # depend on how many colour or noise numbers the images before it used.

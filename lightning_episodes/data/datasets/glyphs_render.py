@@ -227,6 +227,30 @@ def _stroke(glyph: _Glyph, radius: int) -> _Glyph | None:
     return _Glyph(Image.fromarray(padded), glyph.left - r, glyph.top - r, glyph.middle)
 
 
+def supersample_for(image_size: int) -> int:
+    """The supersampling of ``image_size`` images: :data:`SUPERSAMPLE`, less where the canvas would pass
+    :data:`MAX_CANVAS`."""
+    return max(1, min(SUPERSAMPLE, MAX_CANVAS // image_size))
+
+
+def stroked_glyph(renderer: _Renderer, cache: dict[tuple[int, int], _Glyph], font: int, ch: str, radius: int) -> _Glyph:
+    """``ch`` in ``font`` with its strokes widened by ``radius`` canvas pixels (narrowed when negative), kept
+    in ``cache`` under ``(font, radius)``.
+
+    Raises:
+        RuntimeError: if the font does not draw ``ch`` (the class selection promised it does).
+    """
+    if (font, 0) not in cache:
+        glyph = renderer.glyph(font, ch)
+        if glyph is None:
+            raise RuntimeError(f"{renderer.fonts[font].name} does not draw {ch!r} on a {renderer.canvas} px canvas")
+        cache[font, 0] = glyph
+    if (font, radius) not in cache:
+        # Eroding a hairline could erase it: such a glyph keeps its own stroke width.
+        cache[font, radius] = _stroke(cache[font, 0], radius) or cache[font, 0]
+    return cache[font, radius]
+
+
 def scan_character(ch: str) -> tuple[list[int], np.ndarray]:
     """Which fonts really draw ``ch``, and a plain (unjittered) thumbnail of it in each of them.
 
@@ -254,7 +278,7 @@ def render_character(
     Returns:
         uint8 array ``[images_per_class, image_size, image_size]``, bright ink on a dark background.
     """
-    supersample = max(1, min(SUPERSAMPLE, MAX_CANVAS // image_size))
+    supersample = supersample_for(image_size)
     renderer = _renderer(supersample * image_size)
     n = images_per_class
     # Geometry is drawn up front from its own generator, noise from another, so image k's font and
@@ -274,16 +298,8 @@ def render_character(
     images = np.empty((n, image_size, image_size), np.float32)
     for k in range(n):
         font, radius = font_indices[choice[k]], round(int(stroke[k]) * supersample / 3)
-        if (font, 0) not in glyphs:
-            glyph = renderer.glyph(font, ch)
-            if glyph is None:
-                raise RuntimeError(f"{renderer.fonts[font].name} does not draw {ch!r} at {image_size} px")
-            glyphs[font, 0] = glyph
-        if (font, radius) not in glyphs:
-            # Eroding a hairline could erase it: such a glyph keeps its own stroke width.
-            glyphs[font, radius] = _stroke(glyphs[font, 0], radius) or glyphs[font, 0]
         jitter = (float(angle[k]), float(scale[k]), float(shear[k]), float(shift[k, 0]), float(shift[k, 1]))
-        canvas = renderer.place(glyphs[font, radius], renderer.canvas, jitter)
+        canvas = renderer.place(stroked_glyph(renderer, glyphs, font, ch, radius), renderer.canvas, jitter)
         images[k] = np.asarray(canvas.reduce(supersample))
     peak = images.max(axis=(1, 2), keepdims=True)
     if (peak <= 0).any():
