@@ -1,9 +1,14 @@
-"""EpisodicModule: the base LightningModule. Subclasses implement one method, ``episode_losses``."""
+"""EpisodicModule: the base LightningModule of every algorithm, and what it exchanges with them.
+
+It builds the backbone and the optimiser, turns per-episode losses into the (importance-weighted) training loss,
+and evaluates (mean accuracy ± 95% CI over episodes). An algorithm implements ``query_logits`` (or
+``episode_losses`` when its loss is not the query cross-entropy): see ``ProtoNet`` for a complete one.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, ClassVar, Literal, Protocol
+from collections.abc import Collection
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import pytorch_lightning as pl
 import torch
@@ -12,15 +17,13 @@ from pytorch_lightning.cli import LRSchedulerCallable, OptimizerCallable
 from torch import Tensor, nn
 from typing_extensions import override
 
+from lightning_episodes.algorithms.functional import query_loss
 from lightning_episodes.algorithms.metrics import EpisodeMeanCI
 from lightning_episodes.data.episode import Episode
-from lightning_episodes.models import EpisodicBackbone, set_eval_batch_norm
+from lightning_episodes.models import EpisodicBackbone, EvalBatchNorm, build_backbone, feature_size, set_eval_batch_norm
 from lightning_episodes.weighting import EpisodeWeights, WeightedLoss, weighted_loss
 
-EvalBatchNorm = Literal["running", "episode"]
 
-
-@dataclass
 class EpisodeOutput:
     """What ``episode_losses`` returns for a batch of ``B`` episodes.
 
@@ -28,28 +31,44 @@ class EpisodeOutput:
         losses: ``[B]`` each episode's training loss: the mean query cross-entropy (plus any regulariser);
             the importance weights multiply it.
         accuracies: ``[B]`` each episode's query accuracy.
-        difficulties: ``[B]`` each episode's difficulty Ω (default: ``losses``); FEAT, for instance, uses
-            its main cross-entropy without the regulariser.
+        difficulty: ``[B]`` each episode's difficulty Ω (default: ``losses``); FEAT, for instance, uses
+            its main cross-entropy without the regulariser. Stored detached.
     """
 
-    losses: Tensor
-    accuracies: Tensor
-    difficulties: Tensor | None = None
+    __slots__ = ("accuracies", "difficulty", "losses")
 
-    @property
-    def difficulty(self) -> Tensor:
-        return (self.losses if self.difficulties is None else self.difficulties).detach()
+    def __init__(self, losses: Tensor, accuracies: Tensor, difficulty: Tensor | None = None) -> None:
+        self.losses, self.accuracies = losses, accuracies
+        self.difficulty: Tensor = (losses if difficulty is None else difficulty).detach()
+
+    def __repr__(self) -> str:
+        return f"EpisodeOutput(losses={self.losses}, accuracies={self.accuracies}, difficulty={self.difficulty})"
 
 
+@runtime_checkable
 class WeightingStrategy(Protocol):
-    """The seam through which importance weights reach the loss (``DifficultyWeightingCallback`` installs
-    itself as ``module.weighting``); without one, every weight is 1 and the loss is the plain mean."""
+    """The seam through which importance weights reach the loss: assign one to
+    :attr:`EpisodicModule.weighting` (``DifficultyWeightingCallback`` installs itself there); without one, every
+    weight is 1 and the loss is the plain mean."""
 
     def episode_weights(self, module: EpisodicModule, batch: Episode, difficulties: Tensor) -> EpisodeWeights:
         """This rank's ``[B]`` detached, finite, non-negative weights of the step and how the loss normalises
         them (:class:`~lightning_episodes.weighting.EpisodeWeights`: ``"ess"``, ``"self"`` or a ``"fixed"``
         global denominator), passed on to :func:`~lightning_episodes.weighting.weighted_loss`."""
         ...
+
+
+def check_min(name: str, value: float, minimum: float, inclusive: bool = True) -> None:
+    """Raise ``ValueError("model.<name> must be >= minimum, got value")`` (``>`` unless ``inclusive``)."""
+    if value < minimum or (not inclusive and value == minimum):
+        raise ValueError(f"model.{name} must be {'>=' if inclusive else '>'} {minimum}, got {value}")
+
+
+def check_choice(name: str, value: object, choices: Collection[str]) -> None:
+    """Raise ``ValueError("model.<name> must be 'a' or 'b', got value")`` unless ``value`` is one of ``choices``."""
+    if value not in choices:
+        allowed = " or ".join(f"{choice!r}" for choice in choices)
+        raise ValueError(f"model.{name} must be {allowed}, got {value!r}")
 
 
 def logger_writes(trainer: pl.Trainer) -> bool:
@@ -70,9 +89,13 @@ def default_optimizer(params: Any) -> torch.optim.Optimizer:
 class EpisodicModule(pl.LightningModule):
     """Base class of every episodic algorithm.
 
-    A subclass implements :meth:`episode_losses`; this class turns it into the training loss (the
-    ESS-normalised importance-weighted estimator of docs/method.md, exact under DDP), logging, evaluation
-    (mean accuracy ± 95% CI over episodes, synchronised across devices) and the optimiser.
+    It builds ``self.backbone`` and saves the hyper-parameters (every constructor argument, the subclasses'
+    too, but the optimiser and scheduler). A subclass implements :meth:`query_logits` (its
+    :meth:`episode_losses` is then the query cross-entropy and accuracy) or :meth:`episode_losses`; this class
+    turns it into the training loss (the ESS-normalised importance-weighted estimator of docs/method.md, exact
+    under DDP), logging, evaluation (mean accuracy ± 95% CI over episodes, synchronised across devices) and
+    the optimiser. A subclass takes its own arguments and passes the rest on with ``**kwargs``, so that
+    LightningCLI lists these too; it re-declares one only to change its default.
 
     Every Trainer it runs in gets a :class:`~lightning_episodes.callbacks.NonFiniteGuard` (non-finite training
     steps are skipped, and training stops after a few in a row) and a
@@ -81,6 +104,10 @@ class EpisodicModule(pl.LightningModule):
     :class:`~lightning_episodes.callbacks.NonFiniteError` instead of reporting a number.
 
     Args:
+        backbone: registered backbone name (``conv4``, ``resnet12``, ``resnet12-wide``).
+        backbone_options: extra keyword arguments for the backbone.
+        in_channels: image channels (linked from ``data.channels`` by the CLI).
+        image_size: image height and width (linked from ``data.image_size`` by the CLI).
         optimizer: the optimiser factory, e.g. ``torch.optim.SGD`` from YAML (default: Adam, lr 1e-3).
         lr_scheduler: an optional scheduler factory, stepped every optimiser step.
         eval_batch_norm: batch-norm statistics at evaluation: ``running`` (the running buffers) or
@@ -97,13 +124,22 @@ class EpisodicModule(pl.LightningModule):
             compiling, see ``benchmarks/compile_step.py``; evaluation compiles its own graph, and new episode
             shapes compile again). Worth it for long runs; MAML refuses it (its inner loop recompiles). Default:
             False.
+
+    Raises:
+        ValueError: on an unknown ``eval_batch_norm`` or backbone, or an image too small for the backbone.
     """
 
     #: algorithms that adapt with gradients during evaluation (MAML, ANIL) set this to True
     requires_grad_in_evaluation: ClassVar[bool] = False
+    #: backbone options of the algorithm, under the user's ``backbone_options`` (MAML: no running statistics)
+    backbone_defaults: ClassVar[dict[str, Any]] = {}
 
     def __init__(
         self,
+        backbone: str = "conv4",
+        backbone_options: dict[str, Any] | None = None,
+        in_channels: int = 1,
+        image_size: int = 28,
         optimizer: OptimizerCallable = default_optimizer,
         lr_scheduler: LRSchedulerCallable | None = None,
         eval_batch_norm: EvalBatchNorm = "running",
@@ -111,12 +147,13 @@ class EpisodicModule(pl.LightningModule):
         compile_backbone: bool = False,
     ) -> None:
         super().__init__()
-        if eval_batch_norm not in ("running", "episode"):
-            raise ValueError(f"model.eval_batch_norm must be 'running' or 'episode', got {eval_batch_norm!r}")
+        check_choice("eval_batch_norm", eval_batch_norm, ("running", "episode"))
+        # every __init__ argument of the subclasses too (Lightning reads their frames)
+        self.save_hyperparameters(ignore=["optimizer", "lr_scheduler"])
         self.optimizer, self.lr_scheduler = optimizer, lr_scheduler
         self.eval_batch_norm = eval_batch_norm
         self.channels_last, self.compile_backbone = channels_last, compile_backbone
-        self.weighting: WeightingStrategy | None = None
+        self._weighting: WeightingStrategy | None = None
         #: dataset and episode shape of the training run this model comes from (restored from checkpoints)
         self.trained_on: dict[str, Any] | None = None
         #: per-channel ``{"mean": [...], "std": [...]}`` of the training images' normalisation (restored from
@@ -127,30 +164,62 @@ class EpisodicModule(pl.LightningModule):
         #: the ``test/*`` values of the last test (:class:`~lightning_episodes.callbacks.TestResultsWriter` writes them)
         self.test_results: dict[str, float] | None = None
         self._nonfinite_outputs: Tensor | None = None
+        #: the backbone's options: the algorithm's :attr:`backbone_defaults` under the user's ``backbone_options``
+        self.backbone_options = self.backbone_defaults | (backbone_options or {})
+        try:
+            self.backbone = build_backbone(backbone, in_channels, image_size, **self.backbone_options)
+        except ValueError as error:
+            raise ValueError(f"model.backbone: {error}") from None
 
-    # -- the one method subclasses implement -------------------------------------------------------------
-    def episode_losses(self, batch: Episode) -> EpisodeOutput:
-        """Per-episode losses and accuracies of ``batch`` (the query cross-entropy of each episode)."""
-        raise NotImplementedError(f"{type(self).__name__} must implement episode_losses(batch)")
+    def feature_size(self) -> int:
+        """The backbone's feature dimension ``D`` for the configured images (a dry run; changes nothing)."""
+        return feature_size(self.backbone, self.hparams["in_channels"], self.hparams["image_size"])
 
+    @property
+    def weighting(self) -> WeightingStrategy | None:
+        """The :class:`WeightingStrategy` of the training loss (``None``: every weight is 1).
+
+        Raises:
+            TypeError: on assigning an object without ``episode_weights``.
+        """
+        return self._weighting
+
+    @weighting.setter
+    def weighting(self, strategy: WeightingStrategy | None) -> None:
+        if strategy is not None and not isinstance(strategy, WeightingStrategy):
+            raise TypeError(
+                f"{type(self).__name__}.weighting must be a WeightingStrategy (with an episode_weights(module, batch, "
+                f"difficulties) method) or None, got {type(strategy).__name__}"
+            )
+        self._weighting = strategy
+
+    # -- what an algorithm implements ----------------------------------------------------------------------
     def query_logits(self, batch: Episode) -> Tensor:
         """Class scores ``[B, Q, ways]`` of each episode's queries given its labelled support set, as the model
         evaluates them (their softmax is the predicted class probabilities).
 
         What :func:`lightning_episodes.predict` uses. It reads ``support``, ``support_labels``, ``query`` and ``ways``
-        only: the queries may be unlabelled and of any number. An algorithm computes its ``episode_losses`` from it.
+        only: the queries may be unlabelled and of any number.
 
         Raises:
             NotImplementedError: if the algorithm does not implement it.
         """
         raise NotImplementedError(
-            f"{type(self).__name__} does not implement query_logits(batch), which prediction needs"
+            f"{type(self).__name__} implements neither query_logits(batch) nor episode_losses(batch)"
         )
+
+    def episode_losses(self, batch: Episode) -> EpisodeOutput:
+        """Per-episode losses and accuracies of ``batch``: by default the query cross-entropy and accuracy of
+        :meth:`query_logits`. Override it for another training loss (FEAT's regulariser, Pretrain's classifier).
+        """
+        return EpisodeOutput(*query_loss(self.query_logits(batch), batch.query_labels))
 
     def _output(self, batch: Episode) -> EpisodeOutput:
         out = self.episode_losses(batch)
-        if isinstance(out, tuple):  # a (losses, accuracies) pair is accepted for brevity
-            out = EpisodeOutput(*out)
+        if not isinstance(out, EpisodeOutput):
+            raise TypeError(
+                f"{type(self).__name__}.episode_losses must return an EpisodeOutput, got {type(out).__name__}"
+            )
         return out
 
     # -- memory layout and compilation ---------------------------------------------------------------------
@@ -351,9 +420,14 @@ class EpisodicModule(pl.LightningModule):
         self.input_normalization = checkpoint.get("input_normalization")
 
     # -- optimisation ---------------------------------------------------------------------------------------
+    def build_optimizer(self) -> torch.optim.Optimizer:
+        """The optimiser over the parameters (override it for parameter groups, as FEAT does)."""
+        return self.optimizer(self.parameters())
+
     @override
     def configure_optimizers(self) -> Any:
-        optimizer = self.optimizer(self.parameters())
+        """The optimiser and, if there is one, its scheduler, stepped every optimiser step."""
+        optimizer = self.build_optimizer()
         if self.lr_scheduler is None:
             return optimizer
         scheduler = self.lr_scheduler(optimizer)

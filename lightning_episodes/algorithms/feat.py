@@ -8,24 +8,18 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from pytorch_lightning.cli import LRSchedulerCallable, OptimizerCallable
+from pytorch_lightning.cli import OptimizerCallable
 from torch import Tensor, nn
 from typing_extensions import override
 
-from lightning_episodes.algorithms.base import EpisodeOutput, EpisodicModule, EvalBatchNorm
-from lightning_episodes.algorithms.protonet import prototypes, query_loss
+from lightning_episodes.algorithms.base import EpisodeOutput, EpisodicModule, check_min
+from lightning_episodes.algorithms.functional import negative_squared_distances, prototypes, query_loss
 from lightning_episodes.data.episode import Episode, episode_labels
-from lightning_episodes.models import build_backbone, feature_size
 
 
 def feat_optimizer(params: Any) -> torch.optim.Optimizer:
     """FEAT's ResNet optimiser: SGD, lr 2e-4, Nesterov momentum 0.9, weight decay 5e-4."""
     return torch.optim.SGD(params, lr=2e-4, momentum=0.9, nesterov=True, weight_decay=5e-4)
-
-
-def negative_squared_distances(x: Tensor, centres: Tensor) -> Tensor:
-    """``-‖x_i − c_j‖²`` ``[B, N, K]`` of ``x`` ``[B, N, D]`` and ``centres`` ``[B, K, D]`` (exact, finite gradient)."""
-    return -(x[:, :, None] - centres[:, None]).pow(2).sum(-1)
 
 
 class SetAttention(nn.Module):
@@ -75,10 +69,6 @@ class FEAT(EpisodicModule):
     configs/feat/pretrain_resnet12.yaml``), then pass its checkpoint as ``backbone_checkpoint``.
 
     Args:
-        backbone: registered backbone name (default ``resnet12-wide``, FEAT's ResNet-12).
-        backbone_options: extra backbone arguments.
-        in_channels: image channels (linked from ``data.channels`` by the CLI).
-        image_size: image height and width (linked from ``data.image_size`` by the CLI).
         temperature: divides the main logits (FEAT: 64).
         temperature2: divides the regulariser's logits (FEAT: 64 for 1-shot, 32 for 5-shot Mini-ImageNet).
         balance: weight of the regulariser (FEAT: 0.01 for 1-shot, 0.1 for 5-shot Mini-ImageNet).
@@ -88,11 +78,9 @@ class FEAT(EpisodicModule):
             or a plain state dict of the backbone, loaded when fitting starts (``setup("fit")``, before a
             resumed checkpoint is restored), so that a saved FEAT reloads without it. ``load_backbone``
             loads one at any time.
+        backbone: registered backbone name (default ``resnet12-wide``, FEAT's ResNet-12).
         optimizer: optimiser factory (default FEAT's SGD, lr 2e-4, Nesterov momentum 0.9, weight decay 5e-4).
-        lr_scheduler: optional scheduler factory, stepped every optimiser step.
-        eval_batch_norm: ``running`` (default) or ``episode`` batch-norm statistics at evaluation.
-        channels_last: run the convolutions ``channels_last`` (see :class:`EpisodicModule`; default False).
-        compile_backbone: compile the backbone (see :class:`EpisodicModule`; default False).
+        **kwargs: the other backbone, optimiser and evaluation arguments of :class:`EpisodicModule`.
 
     Raises:
         ValueError: on a non-positive temperature or ``lr_multiplier``, a negative ``balance``, a dropout
@@ -101,40 +89,24 @@ class FEAT(EpisodicModule):
 
     def __init__(
         self,
-        backbone: str = "resnet12-wide",
-        backbone_options: dict[str, Any] | None = None,
-        in_channels: int = 1,
-        image_size: int = 28,
         temperature: float = 64.0,
         temperature2: float = 64.0,
         balance: float = 0.01,
         dropout: float = 0.5,
         lr_multiplier: float = 10.0,
         backbone_checkpoint: str | None = None,
+        backbone: str = "resnet12-wide",
         optimizer: OptimizerCallable = feat_optimizer,
-        lr_scheduler: LRSchedulerCallable | None = None,
-        eval_batch_norm: EvalBatchNorm = "running",
-        channels_last: bool = False,
-        compile_backbone: bool = False,
+        **kwargs: Any,
     ) -> None:
-        super().__init__(optimizer, lr_scheduler, eval_batch_norm, channels_last, compile_backbone)
-        for name, value in (
-            ("temperature", temperature),
-            ("temperature2", temperature2),
-            ("lr_multiplier", lr_multiplier),
-        ):
-            if value <= 0:
-                raise ValueError(f"model.{name} must be > 0, got {value}")
-        if balance < 0:
-            raise ValueError(f"model.balance must be >= 0, got {balance}")
+        check_min("temperature", temperature, 0, inclusive=False)
+        check_min("temperature2", temperature2, 0, inclusive=False)
+        check_min("lr_multiplier", lr_multiplier, 0, inclusive=False)
+        check_min("balance", balance, 0)
         if not 0 <= dropout < 1:
             raise ValueError(f"model.dropout must be in [0, 1), got {dropout}")
-        self.save_hyperparameters(ignore=["optimizer", "lr_scheduler"])
-        try:
-            self.backbone = build_backbone(backbone, in_channels, image_size, **(backbone_options or {}))
-        except ValueError as error:
-            raise ValueError(f"model.backbone: {error}") from None
-        self.attention = SetAttention(feature_size(self.backbone, in_channels, image_size), dropout)
+        super().__init__(backbone=backbone, optimizer=optimizer, **kwargs)
+        self.attention = SetAttention(self.feature_size(), dropout)
         self.temperature, self.temperature2, self.balance = temperature, temperature2, balance
         self.lr_multiplier, self.backbone_checkpoint = lr_multiplier, backbone_checkpoint
         self.backbone_loaded = False
@@ -166,7 +138,7 @@ class FEAT(EpisodicModule):
         if not self.training:
             return EpisodeOutput(cross_entropy, accuracies)
         losses = cross_entropy + self.balance * self.regulariser(support, query, batch.ways)
-        return EpisodeOutput(losses, accuracies, difficulties=cross_entropy)
+        return EpisodeOutput(losses, accuracies, difficulty=cross_entropy)
 
     # -- pre-trained backbone ---------------------------------------------------------------------------
     def load_backbone(self, path: str | Path) -> None:
@@ -210,12 +182,9 @@ class FEAT(EpisodicModule):
 
     # -- optimisation -------------------------------------------------------------------------------------
     @override
-    def configure_optimizers(self) -> Any:
+    def build_optimizer(self) -> torch.optim.Optimizer:
         """The set function learns ``lr_multiplier`` times faster than the backbone, as in FEAT."""
         head = [p for name, p in self.named_parameters() if not name.startswith("backbone.")]
         optimizer = self.optimizer([{"params": list(self.backbone.parameters())}, {"params": head}])
         optimizer.param_groups[1]["lr"] *= self.lr_multiplier
-        if self.lr_scheduler is None:
-            return optimizer
-        scheduler = self.lr_scheduler(optimizer)
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+        return optimizer

@@ -5,14 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from pytorch_lightning.cli import LRSchedulerCallable, OptimizerCallable
+from pytorch_lightning.cli import OptimizerCallable
 from torch import Tensor, nn
 from typing_extensions import override
 
-from lightning_episodes.algorithms.base import EpisodeOutput, EpisodicModule, EvalBatchNorm
-from lightning_episodes.algorithms.protonet import prototypes, query_loss
+from lightning_episodes.algorithms.base import EpisodeOutput, EpisodicModule, check_min
+from lightning_episodes.algorithms.functional import negative_squared_distances, prototypes, query_loss
 from lightning_episodes.data.episode import Episode
-from lightning_episodes.models import build_backbone, feature_size
 
 
 def pretrain_optimizer(params: Any) -> torch.optim.Optimizer:
@@ -36,17 +35,11 @@ class Pretrain(EpisodicModule):
         lightning-episodes fit --config configs/feat/pretrain_resnet12.yaml --data.dataset mini-imagenet
 
     Args:
-        backbone: registered backbone name (default ``resnet12-wide``, FEAT's ResNet-12).
-        backbone_options: extra backbone arguments.
-        in_channels: image channels (linked from ``data.channels`` by the CLI).
-        image_size: image height and width (linked from ``data.image_size`` by the CLI).
         num_classes: number of training classes; default: read from the data module's training split
             when fitting starts (it is then saved, so the checkpoint reloads without it).
+        backbone: registered backbone name (default ``resnet12-wide``, FEAT's ResNet-12).
         optimizer: optimiser factory (default SGD, lr 0.1, Nesterov momentum 0.9, weight decay 5e-4).
-        lr_scheduler: optional scheduler factory, stepped every optimiser step.
-        eval_batch_norm: ``running`` (default) or ``episode`` batch-norm statistics at evaluation.
-        channels_last: run the convolutions ``channels_last`` (see :class:`EpisodicModule`; default False).
-        compile_backbone: compile the backbone (see :class:`EpisodicModule`; default False).
+        **kwargs: the other backbone, optimiser and evaluation arguments of :class:`EpisodicModule`.
 
     Raises:
         ValueError: on a non-positive ``num_classes``, an unknown backbone or an image too small for it;
@@ -55,26 +48,15 @@ class Pretrain(EpisodicModule):
 
     def __init__(
         self,
-        backbone: str = "resnet12-wide",
-        backbone_options: dict[str, Any] | None = None,
-        in_channels: int = 1,
-        image_size: int = 28,
         num_classes: int | None = None,
+        backbone: str = "resnet12-wide",
         optimizer: OptimizerCallable = pretrain_optimizer,
-        lr_scheduler: LRSchedulerCallable | None = None,
-        eval_batch_norm: EvalBatchNorm = "running",
-        channels_last: bool = False,
-        compile_backbone: bool = False,
+        **kwargs: Any,
     ) -> None:
-        super().__init__(optimizer, lr_scheduler, eval_batch_norm, channels_last, compile_backbone)
-        if num_classes is not None and num_classes <= 0:
-            raise ValueError(f"model.num_classes must be > 0, got {num_classes}")
-        self.save_hyperparameters(ignore=["optimizer", "lr_scheduler"])
-        try:
-            self.backbone = build_backbone(backbone, in_channels, image_size, **(backbone_options or {}))
-        except ValueError as error:
-            raise ValueError(f"model.backbone: {error}") from None
-        self.feature_dim = feature_size(self.backbone, in_channels, image_size)
+        if num_classes is not None:
+            check_min("num_classes", num_classes, 0, inclusive=False)
+        super().__init__(backbone=backbone, optimizer=optimizer, **kwargs)
+        self.feature_dim = self.feature_size()
         self.classifier: nn.Linear | None = None if num_classes is None else nn.Linear(self.feature_dim, num_classes)
         # global class id -> classifier row; rebuilt from the data module when fitting
         self.class_rows: Tensor
@@ -107,7 +89,7 @@ class Pretrain(EpisodicModule):
     @override
     def episode_losses(self, batch: Episode) -> EpisodeOutput:
         if not self.training:
-            return EpisodeOutput(*query_loss(self.query_logits(batch), batch.query_labels))
+            return super().episode_losses(batch)  # the prototypes' query cross-entropy
         features = self.backbone(torch.cat([batch.support, batch.query], 1))
         labels = torch.cat([batch.support_labels, batch.query_labels], 1)
         return EpisodeOutput(*self.classification(features, batch.identity.classes.gather(1, labels)))
@@ -117,8 +99,7 @@ class Pretrain(EpisodicModule):
         """Queries scored by squared Euclidean distance to the class prototypes (how it is evaluated)."""
         n_support = batch.support.shape[1]
         features = self.backbone(torch.cat([batch.support, batch.query], 1))
-        protos = prototypes(features[:, :n_support], batch.ways)
-        return -(features[:, n_support:, None] - protos[:, None]).pow(2).sum(-1)
+        return negative_squared_distances(features[:, n_support:], prototypes(features[:, :n_support], batch.ways))
 
     @override
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:

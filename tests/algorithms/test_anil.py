@@ -3,29 +3,18 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
 
-import lightning_episodes.algorithms.anil as anil_module
+import lightning_episodes.algorithms.maml as maml_module
 from lightning_episodes.algorithms import ANIL
 from lightning_episodes.data.episode import Episode
-from tests.algorithms.test_maml import HIDDEN, build_cli, our_gradients, random_episodes
+from tests.algorithms.builders import HIDDEN, build_cli, our_gradients, random_episodes
 from tests.helpers import tiny_datamodule, tiny_trainer
 
 l2l = pytest.importorskip("learn2learn")
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def learn2learn_anil_gradients(model: ANIL, batch: Episode, first_order: bool) -> dict[str, torch.Tensor]:
@@ -72,7 +61,7 @@ def test_backbone_runs_once_per_set_is_not_adapted_but_learns(monkeypatch: pytes
     forwards: list[tuple[int, ...]] = []
     model.backbone.register_forward_hook(lambda module, args, out: forwards.append(tuple(args[0].shape)))
     adapted: list[set[str]] = []
-    real_adapt = anil_module.adapt
+    real_adapt = maml_module.adapt
 
     def spy(module: torch.nn.Module, params: dict, *args: object) -> dict:
         assert module is model.head  # the inner loop only ever calls the head
@@ -80,7 +69,7 @@ def test_backbone_runs_once_per_set_is_not_adapted_but_learns(monkeypatch: pytes
         adapted.append(set(fast))
         return fast
 
-    monkeypatch.setattr(anil_module, "adapt", spy)
+    monkeypatch.setattr(maml_module, "adapt", spy)
     batch = random_episodes(episodes=3, dtype=torch.float32)
     our_gradients(model, batch)
     # support and query of all episodes in one pass each, whatever the number of inner steps
@@ -89,46 +78,6 @@ def test_backbone_runs_once_per_set_is_not_adapted_but_learns(monkeypatch: pytes
     for name, value in model.backbone.state_dict().items():
         assert torch.equal(value, before[name]), name
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in model.backbone.parameters())
-
-
-def test_validate_and_test_work_under_a_default_trainer_and_change_nothing() -> None:
-    model = ANIL(image_size=16, backbone_options={"hidden": HIDDEN})
-    state = copy.deepcopy(model.state_dict())
-    pl.seed_everything(0)
-    dm = tiny_datamodule(val_episodes=8, test_episodes=8)
-    val = tiny_trainer().validate(model, dm, verbose=False)[0]
-    test = tiny_trainer().test(model, dm, verbose=False)[0]
-    assert val["val/episodes"] == test["test/episodes"] == 8
-    for key, value in model.state_dict().items():
-        assert torch.equal(value, state[key]), key
-    assert all(p.grad is None for p in model.parameters())
-
-
-def test_fit_test_and_reload_through_the_concrete_class(tmp_path: Path) -> None:
-    pl.seed_everything(0)
-    model = ANIL(image_size=16, backbone_options={"hidden": HIDDEN}, adaptation_steps=2, eval_adaptation_steps=3)
-    dm = tiny_datamodule(val_episodes=8, test_episodes=8)
-    trainer = tiny_trainer(max_steps=2, val_check_interval=2)
-    trainer.fit(model, dm)
-    result = trainer.test(model, dm, verbose=False)[0]
-    trainer.save_checkpoint(tmp_path / "anil.ckpt")
-    reloaded = ANIL.load_from_checkpoint(tmp_path / "anil.ckpt")
-    assert (reloaded.adaptation_steps, reloaded.eval_adaptation_steps, reloaded.adaptation_lr) == (2, 3, 0.1)
-    assert tiny_trainer().test(reloaded, dm, verbose=False)[0]["test/acc"] == pytest.approx(result["test/acc"])
-
-
-@pytest.mark.parametrize(
-    ("kwargs", "match"),
-    [
-        ({"adaptation_steps": 0}, r"model.adaptation_steps must be >= 1, got 0"),
-        ({"adaptation_lr": -1.0}, r"model.adaptation_lr must be > 0, got -1.0"),
-        ({"backbone": "vgg"}, r"model.backbone: unknown backbone 'vgg'"),
-        ({"backbone": "resnet12", "image_size": 12}, r"image_size=12 is too small for backbone 'resnet12'"),
-    ],
-)
-def test_bad_configuration_fails_at_construction(kwargs: dict, match: str) -> None:
-    with pytest.raises(ValueError, match=match):
-        ANIL(**({"image_size": 16} | kwargs))
 
 
 def test_unequal_training_and_evaluation_ways_fail_clearly() -> None:
@@ -142,10 +91,3 @@ def test_yaml_config_builds_the_model(config: str, backbone: str) -> None:
     assert isinstance(cli.model, ANIL)
     assert type(cli.model.backbone).__name__ == backbone
     assert (cli.model.adaptation_steps, cli.model.adaptation_lr) == (5, 0.1)
-
-
-def test_short_name_selects_anil_with_its_own_defaults() -> None:
-    cli = build_cli("--model", "ANIL", "--model.adaptation_steps", "2")
-    assert isinstance(cli.model, ANIL)
-    assert cli.model.adaptation_steps == 2
-    assert cli.model.eval_batch_norm == "episode"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,30 +13,9 @@ import torch.nn.functional as F
 from pytorch_lightning.callbacks import Callback
 from torch import nn
 
-from lightning_episodes.algorithms import FEAT, checkpoint_info, load_episodic_module
-from lightning_episodes.data.episode import Episode
-from tests.algorithms.test_maml import build_cli
+from lightning_episodes.algorithms import FEAT
+from tests.algorithms.builders import Flatten, build_cli, feature_episodes
 from tests.helpers import tiny_datamodule, tiny_trainer
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-class Flatten(nn.Module):
-    """Identity backbone: the features are the pixels."""
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x.flatten(2)
-
-
-def feature_episodes(support: torch.Tensor, query: torch.Tensor, ways: int) -> Episode:
-    """Episodes ``[B, N, D]`` of class-major features, as images ``[B, N, 1, 1, D]``."""
-    return Episode.from_tensors(support[:, :, None, None], query[:, :, None, None], ways)
 
 
 def feat_on_features(dim: int, **kwargs: object) -> FEAT:
@@ -62,7 +40,7 @@ def test_logits_with_an_identity_set_function_match_a_hand_computation() -> None
     expected = (math.log1p(math.exp(-2.0)) + math.log1p(math.exp(-1.0))) / 2
     assert out.losses.item() == pytest.approx(expected, rel=1e-4)  # layer norm's eps = 1e-5
     assert out.accuracies.item() == 1.0
-    assert out.difficulties is None  # evaluation: the main cross-entropy only
+    torch.testing.assert_close(out.difficulty, out.losses)  # evaluation: the main cross-entropy only
 
 
 def official_feat_loss(model: FEAT, support: torch.Tensor, query: torch.Tensor, way: int, balance: float) -> float:
@@ -161,53 +139,6 @@ def test_bad_backbone_checkpoints_fail_clearly(tmp_path: Path) -> None:
         model.load_backbone(tmp_path / "other.ckpt")
 
 
-def test_evaluation_changes_no_state_and_fit_test_reload_work(tmp_path: Path) -> None:
-    pl.seed_everything(0)
-    model = FEAT(backbone="conv4", image_size=16, temperature=4.0, balance=0.1)
-    dm = tiny_datamodule(val_episodes=8, test_episodes=8)
-    trainer = tiny_trainer(max_steps=2, val_check_interval=2)
-    trainer.fit(model, dm)
-    trainer.save_checkpoint(tmp_path / "feat.ckpt")
-    state = copy.deepcopy(model.state_dict())
-    results = {}
-    for mode in ("running", "episode"):
-        model.eval_batch_norm = mode
-        tiny_trainer().validate(model, dm, verbose=False)
-        results[mode] = tiny_trainer().test(model, dm, verbose=False)[0]["test/acc"]
-        for key, value in model.state_dict().items():
-            assert torch.equal(value, state[key]), f"{key} changed during {mode} evaluation"
-    reloaded = FEAT.load_from_checkpoint(tmp_path / "feat.ckpt")
-    assert (reloaded.temperature, reloaded.balance, reloaded.eval_batch_norm) == (4.0, 0.1, "running")
-    assert tiny_trainer().test(reloaded, dm, verbose=False)[0]["test/acc"] == pytest.approx(results["running"])
-    # the library's own record is there too: any-algorithm loading (offline references, scoring) works
-    assert checkpoint_info(tmp_path / "feat.ckpt") == {"class_path": "lightning_episodes.algorithms.feat.FEAT"} | {
-        "dataset": "tiny",
-        "ways": 5,
-        "shots": 2,
-        "queries": 3,
-    }
-    loaded = load_episodic_module(tmp_path / "feat.ckpt")
-    assert isinstance(loaded, FEAT)
-    assert loaded.trained_on == {"dataset": "tiny", "ways": 5, "shots": 2, "queries": 3}
-
-
-@pytest.mark.parametrize(
-    ("kwargs", "match"),
-    [
-        ({"temperature": 0.0}, r"model.temperature must be > 0, got 0.0"),
-        ({"temperature2": -1.0}, r"model.temperature2 must be > 0, got -1.0"),
-        ({"balance": -0.1}, r"model.balance must be >= 0, got -0.1"),
-        ({"lr_multiplier": 0.0}, r"model.lr_multiplier must be > 0"),
-        ({"dropout": 1.0}, r"model.dropout must be in \[0, 1\)"),
-        ({"backbone": "resnet18"}, r"model.backbone: unknown backbone 'resnet18'"),
-        ({"backbone": "resnet12-wide", "image_size": 8}, r"image_size=8 is too small for backbone 'resnet12-wide'"),
-    ],
-)
-def test_bad_configuration_fails_at_construction(kwargs: dict, match: str) -> None:
-    with pytest.raises(ValueError, match=match):
-        FEAT(**({"backbone": "conv4", "image_size": 16} | kwargs))
-
-
 @pytest.mark.parametrize("protocol", ["miniimagenet_5w1s", "miniimagenet_5w5s"])
 def test_yaml_configs_follow_the_official_protocol(protocol: str) -> None:
     cli = build_cli("--config", "configs/models/feat_resnet12.yaml", "--config", f"configs/feat/{protocol}.yaml")
@@ -223,11 +154,3 @@ def test_yaml_configs_follow_the_official_protocol(protocol: str) -> None:
     assert isinstance(optimizer, torch.optim.SGD)
     assert optimizer.param_groups[0]["nesterov"]
     assert optimizer.param_groups[0]["weight_decay"] == 5e-4
-
-
-def test_short_name_selects_feat_with_its_own_defaults() -> None:
-    cli = build_cli("--model", "FEAT", "--model.balance", "0.1")
-    assert isinstance(cli.model, FEAT)
-    assert cli.model.balance == 0.1
-    assert cli.model.hparams["backbone"] == "resnet12-wide"
-    assert isinstance(cli.model.configure_optimizers(), torch.optim.SGD)

@@ -2,45 +2,19 @@
 
 from __future__ import annotations
 
-import copy
 import re
-from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
 import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
 
-from lightning_episodes.algorithms import ANIL, FEAT, MAML
-from lightning_episodes.algorithms.base import EpisodeOutput, EpisodicModule
-from lightning_episodes.cli import EpisodicCLI
-from lightning_episodes.data import EpisodicDataModule
+from lightning_episodes.algorithms import ANIL, MAML
 from lightning_episodes.data.episode import Episode
-from lightning_episodes.weighting import EpisodeWeights
+from tests.algorithms.builders import HIDDEN, build_cli, our_gradients, random_episodes
 from tests.helpers import tiny_datamodule, tiny_trainer
 
 l2l = pytest.importorskip("learn2learn")
-
-HIDDEN = 16  # a narrow conv4 keeps the float64 second-order comparison fast
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> Iterator[None]:
-    # tiny tensors on a shared 2-core machine: a second thread only adds contention
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-def random_episodes(episodes: int = 2, ways: int = 5, dtype: torch.dtype = torch.float64) -> Episode:
-    """1-shot, 3-query episodes of random 16×16 images with class-major labels (as the data module yields)."""
-    shots, queries = 1, 3
-    g = torch.Generator().manual_seed(0)
-    support = torch.randn(episodes, ways * shots, 1, 16, 16, generator=g, dtype=dtype)
-    query = torch.randn(episodes, ways * queries, 1, 16, 16, generator=g, dtype=dtype)
-    return Episode.from_tensors(support, query, ways)
 
 
 RENAMES = [
@@ -80,12 +54,6 @@ def learn2learn_gradients(reference: torch.nn.Module, batch: Episode, lr: float,
         total = total + F.cross_entropy(learner(batch.query[i]), batch.query_labels[i])
     (total / len(batch)).backward()
     return {name: p.grad for name, p in reference.named_parameters()}
-
-
-def our_gradients(model: EpisodicModule, batch: Episode) -> dict:
-    model.zero_grad()
-    model.episode_losses(batch).losses.mean().backward()  # the base's loss when every weight is 1
-    return {name: p.grad.clone() for name, p in model.named_parameters()}
 
 
 @pytest.mark.parametrize("first_order", [False, True])
@@ -138,38 +106,14 @@ def test_evaluation_uses_eval_adaptation_steps() -> None:
     assert not torch.allclose(model.episode_losses(batch).losses, one_step.episode_losses(batch).losses)
 
 
-def test_validate_and_test_work_under_a_default_trainer_and_change_nothing() -> None:
+def test_keeps_no_running_statistics_and_evaluates_under_a_default_trainer() -> None:
     """Adaptation needs autograd although Lightning evaluates in inference mode by default."""
     model = MAML(image_size=16, backbone_options={"hidden": HIDDEN}, adaptation_steps=2)
-    assert not any(name.endswith("running_mean") for name in model.state_dict())  # no running statistics
-    state = copy.deepcopy(model.state_dict())
-    pl.seed_everything(0)
-    dm = tiny_datamodule(val_episodes=8, test_episodes=8)
+    assert not any(name.endswith("running_mean") for name in model.state_dict())
     trainer = tiny_trainer()
     assert trainer.validate_loop.inference_mode  # Lightning's default: the module switches it off itself
-    val = trainer.validate(model, dm, verbose=False)[0]
-    test = tiny_trainer().test(model, dm, verbose=False)[0]
-    assert val["val/episodes"] == test["test/episodes"] == 8
-    assert 0.0 <= val["val/acc"] <= 1.0
-    for key, value in model.state_dict().items():
-        assert torch.equal(value, state[key]), key
-    assert all(p.grad is None for p in model.parameters())
-
-
-def test_fit_test_and_reload_through_the_concrete_class(tmp_path: Path) -> None:
-    pl.seed_everything(0)
-    model = MAML(image_size=16, backbone_options={"hidden": HIDDEN}, adaptation_steps=2, first_order=True)
-    dm = tiny_datamodule(val_episodes=8, test_episodes=8)
-    trainer = tiny_trainer(max_steps=2, val_check_interval=2)
-    before = copy.deepcopy(model.state_dict())
-    trainer.fit(model, dm)
-    assert any(not torch.equal(v, before[k]) for k, v in model.state_dict().items())
-    result = trainer.test(model, dm, verbose=False)[0]
-    trainer.save_checkpoint(tmp_path / "maml.ckpt")
-    reloaded = MAML.load_from_checkpoint(tmp_path / "maml.ckpt")
-    assert reloaded.adaptation_steps == 2
-    assert reloaded.first_order
-    assert tiny_trainer().test(reloaded, dm, verbose=False)[0]["test/acc"] == pytest.approx(result["test/acc"])
+    assert trainer.validate(model, tiny_datamodule(val_episodes=8), verbose=False)[0]["val/episodes"] == 8
+    assert not trainer.validate_loop.inference_mode
 
 
 def test_unequal_training_and_evaluation_ways_fail_clearly() -> None:
@@ -177,36 +121,6 @@ def test_unequal_training_and_evaluation_ways_fail_clearly() -> None:
         tiny_trainer().validate(MAML(image_size=16), tiny_datamodule(eval_ways=3), verbose=False)
     with pytest.raises(ValueError, match=r"model.ways=4 outputs but the episode has 5 ways"):
         MAML(image_size=16, ways=4).episode_losses(random_episodes(dtype=torch.float32))
-
-
-@pytest.mark.parametrize(
-    ("kwargs", "match"),
-    [
-        ({"adaptation_steps": 0}, r"model.adaptation_steps must be >= 1, got 0"),
-        ({"eval_adaptation_steps": 0}, r"model.eval_adaptation_steps must be >= 1, got 0"),
-        ({"adaptation_lr": -0.1}, r"model.adaptation_lr must be > 0, got -0.1"),
-        ({"ways": 0}, r"model.ways must be >= 1"),
-        ({"backbone": "resnet50"}, r"model.backbone: unknown backbone 'resnet50'"),
-        ({"backbone": "resnet12", "image_size": 8}, r"image_size=8 is too small for backbone 'resnet12'"),
-        ({"eval_batch_norm": "running"}, r"model.eval_batch_norm='running' needs running statistics"),
-    ],
-)
-def test_bad_configuration_fails_at_construction(kwargs: dict, match: str) -> None:
-    with pytest.raises(ValueError, match=match):
-        MAML(**({"image_size": 16} | kwargs))
-
-
-def build_cli(*args: str) -> EpisodicCLI:
-    """The command line, parsed and instantiated on the tiny dataset without running anything."""
-    return EpisodicCLI(
-        EpisodicModule,
-        EpisodicDataModule,
-        subclass_mode_model=True,
-        subclass_mode_data=True,
-        auto_configure_optimizers=False,
-        args=[*args, "--data.dataset", "tiny", "--data.image_size", "16", "--trainer.logger", "false"],
-        run=False,
-    )
 
 
 @pytest.mark.parametrize(("config", "backbone"), [("maml_conv4", "Conv4"), ("maml_resnet12", "ResNet12")])
@@ -217,64 +131,6 @@ def test_yaml_config_builds_the_model(config: str, backbone: str) -> None:
     assert cli.model.adaptation_steps == 3
     assert cli.model.adaptation_lr == 0.01
     assert isinstance(cli.model.configure_optimizers(), torch.optim.Adam)
-
-
-def test_short_name_selects_maml_with_its_own_defaults() -> None:
-    cli = build_cli("--model", "MAML", "--model.first_order", "true", "--model.backbone", "resnet12")
-    assert isinstance(cli.model, MAML)
-    assert cli.model.first_order
-    assert cli.model.hparams["backbone"] == "resnet12"
-    assert cli.model.eval_batch_norm == "episode"
-
-
-class _Weights:
-    """A weighting strategy (what DifficultyWeightingCallback installs) that records what it is given."""
-
-    def __init__(self) -> None:
-        self.difficulties: list[torch.Tensor] = []
-
-    def episode_weights(self, module: EpisodicModule, batch: Episode, difficulties: torch.Tensor) -> EpisodeWeights:
-        self.difficulties.append(difficulties)
-        return EpisodeWeights(torch.arange(1.0, len(difficulties) + 1), "ess")  # 1, 2, 3, 4
-
-
-class _LossRecorder(pl.Callback):
-    def __init__(self) -> None:
-        self.losses: list[torch.Tensor] = []
-
-    def on_train_batch_end(self, trainer: pl.Trainer, module: pl.LightningModule, outputs: dict, *args: object) -> None:
-        self.losses.append(outputs["loss"].detach())
-
-
-@pytest.mark.parametrize(
-    "model",
-    [
-        lambda: MAML(image_size=16, backbone_options={"hidden": HIDDEN}, adaptation_steps=2),
-        lambda: ANIL(image_size=16),
-        lambda: FEAT(backbone="conv4", image_size=16, balance=0.5),
-    ],
-    ids=["MAML", "ANIL", "FEAT"],
-)
-def test_importance_weights_multiply_each_episodes_whole_loss(model: Callable[[], EpisodicModule]) -> None:
-    pl.seed_everything(0)
-    module = model()
-    weighting, recorder, outputs = _Weights(), _LossRecorder(), []
-    module.weighting = weighting
-    episode_losses = module.episode_losses
-
-    def record(batch: Episode) -> EpisodeOutput:
-        outputs.append(episode_losses(batch))
-        return outputs[-1]
-
-    module.episode_losses = record  # type: ignore[method-assign]
-    tiny_trainer(max_steps=2, limit_val_batches=0, callbacks=[recorder]).fit(module, tiny_datamodule())
-    w = torch.arange(1.0, 5.0, dtype=torch.float64)
-    for out, loss, difficulties in zip(outputs, recorder.losses, weighting.difficulties, strict=True):
-        torch.testing.assert_close(difficulties, out.difficulty)  # FEAT's: the main cross-entropy only
-        expected = (w * out.losses.detach().double()).sum() / (w.sum() ** 2 / (w**2).sum())
-        torch.testing.assert_close(loss.double(), expected, rtol=1e-5, atol=1e-6)
-    if isinstance(module, FEAT):
-        assert all((out.losses > out.difficulty).all() for out in outputs)  # its regulariser is in the loss
 
 
 class _FirstGradient(pl.Callback):

@@ -1,4 +1,4 @@
-"""ProtoNet's per-episode losses against hand computations."""
+"""ProtoNet's per-episode losses against hand computations (its contract: ``test_contract.py``)."""
 
 from __future__ import annotations
 
@@ -6,17 +6,10 @@ import math
 
 import pytest
 import torch
-from torch import nn
 
 from lightning_episodes import ProtoNet
 from lightning_episodes.data.episode import Episode, EpisodeIdentity, episode_labels
-
-
-class Flatten(nn.Module):
-    """Identity backbone: the features are the pixels, so distances can be computed by hand."""
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x.flatten(2)
+from tests.algorithms.builders import Flatten
 
 
 def _episode(support: list[list[float]], query: list[list[float]], ways: int) -> Episode:
@@ -57,33 +50,3 @@ def test_cosine_loss_matches_hand_computation() -> None:
     assert out.losses.item() == pytest.approx(expected, rel=1e-6)
     assert model.scale is not None
     assert model.scale.requires_grad
-
-
-def test_episodes_are_independent_of_their_batch_mates() -> None:
-    torch.manual_seed(0)
-    model = ProtoNet(image_size=16)
-    model.train()
-    x = torch.randn(3, 2 * 1 + 2 * 3, 1, 16, 16)
-    identity = EpisodeIdentity(
-        torch.zeros(3, 2, dtype=torch.long),
-        torch.zeros(3, 2, 1, dtype=torch.long),
-        torch.zeros(3, 2, 3, dtype=torch.long),
-        torch.arange(3),
-    )
-    batch = Episode(x[:, :2], episode_labels(3, 2, 1), x[:, 2:], episode_labels(3, 2, 3), identity)
-    together = model.episode_losses(batch).losses
-    alone = torch.cat([model.episode_losses(batch[i]).losses for i in range(3)])
-    torch.testing.assert_close(together, alone)
-
-
-@pytest.mark.parametrize(
-    ("kwargs", "match"),
-    [
-        ({"distance": "manhattan"}, "model.distance must be 'euclidean' or 'cosine'"),
-        ({"cosine_scale": 0.0}, "model.cosine_scale must be > 0"),
-        ({"eval_batch_norm": "batch"}, "model.eval_batch_norm must be 'running' or 'episode'"),
-    ],
-)
-def test_bad_configuration_fails_clearly(kwargs: dict, match: str) -> None:
-    with pytest.raises(ValueError, match=match):
-        ProtoNet(**kwargs)

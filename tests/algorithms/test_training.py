@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import copy
-
 import pytest
 import pytorch_lightning as pl
 import torch
 from pytorch_lightning.callbacks import Callback
 
-from lightning_episodes import ProtoNet
+from lightning_episodes import EpisodicModule, ProtoNet
+from tests.algorithms.builders import random_episodes
 from tests.helpers import tiny_datamodule, tiny_trainer
 
 
@@ -46,18 +45,6 @@ def test_training_reduces_the_loss_and_evaluates_every_episode_once() -> None:
     assert after["val/acc"] > before["val/acc"] + 0.05
 
 
-def test_evaluation_changes_no_state_of_the_model() -> None:
-    model = ProtoNet(image_size=16)
-    model.train()
-    state = copy.deepcopy(model.state_dict())
-    for mode in ("running", "episode"):
-        model.eval_batch_norm = mode
-        tiny_trainer().validate(model, tiny_datamodule(), verbose=False)
-        tiny_trainer().test(model, tiny_datamodule(), verbose=False)
-        for key, value in model.state_dict().items():
-            assert torch.equal(value, state[key]), f"{key} changed during {mode} evaluation"
-
-
 def test_eval_batch_norm_modes_differ_and_episode_mode_needs_no_running_stats() -> None:
     model = ProtoNet(image_size=16)
     dm = tiny_datamodule()
@@ -89,12 +76,23 @@ def test_two_process_ddp_matches_one_process() -> None:
         ), key
 
 
-def test_accepts_a_losses_and_accuracies_tuple() -> None:
+def test_an_episode_losses_that_returns_no_episode_output_fails_clearly() -> None:
     class TupleProtoNet(ProtoNet):
         def episode_losses(self, batch):  # type: ignore[no-untyped-def]
             out = super().episode_losses(batch)
             return out.losses, out.accuracies
 
-    trainer = tiny_trainer(max_steps=2)
-    trainer.fit(TupleProtoNet(image_size=16), tiny_datamodule())
-    assert torch.isfinite(trainer.callback_metrics["train/loss"])
+    with pytest.raises(TypeError, match=r"TupleProtoNet.episode_losses must return an EpisodeOutput, got tuple"):
+        tiny_trainer(max_steps=2).fit(TupleProtoNet(image_size=16), tiny_datamodule())
+
+
+def test_the_weighting_strategy_must_have_episode_weights() -> None:
+    model = ProtoNet(image_size=16)
+    with pytest.raises(TypeError, match=r"ProtoNet.weighting must be a WeightingStrategy .* got str"):
+        model.weighting = "uniform"  # type: ignore[assignment]
+    assert model.weighting is None
+
+
+def test_an_algorithm_must_implement_its_logits_or_losses() -> None:
+    with pytest.raises(NotImplementedError, match=r"EpisodicModule implements neither query_logits"):
+        EpisodicModule(image_size=16).episode_losses(random_episodes(dtype=torch.float32))

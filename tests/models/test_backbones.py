@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -13,15 +13,6 @@ from torch.func import functional_call
 from lightning_episodes.models import Conv4, ResNet12, resnet12_wide, set_eval_batch_norm
 
 EPISODES, IMAGES, SIZE = 3, 4, 16
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> Iterator[None]:
-    # These tensors are tiny: a second OpenMP thread only adds synchronisation, badly so on a busy machine.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 BACKBONES: dict[str, Callable[[], nn.Module]] = {

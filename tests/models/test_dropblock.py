@@ -2,22 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 import torch
 
 from lightning_episodes.models import DropBlock, resnet12_wide
 from lightning_episodes.models.dropblock import dropped_blocks
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> Iterator[None]:
-    # These tensors are tiny: a second OpenMP thread only adds synchronisation, badly so on a busy machine.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def test_keep_rate_ramps_linearly_then_stays() -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -13,15 +12,6 @@ from torch import nn
 from lightning_episodes.models import Conv4, ResNet12, resnet12_wide
 
 l2l_models = pytest.importorskip("learn2learn.vision.models")
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> Iterator[None]:
-    # These tensors are tiny: a second OpenMP thread only adds synchronisation, badly so on a busy machine.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def _count(module: nn.Module) -> int:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator
 
 import pytest
 import torch
@@ -17,15 +16,6 @@ from lightning_episodes.models import (
     register_backbone,
     registry,
 )
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> Iterator[None]:
-    # These tensors are tiny: a second OpenMP thread only adds synchronisation, badly so on a busy machine.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def test_available_backbones() -> None:
