@@ -196,6 +196,39 @@ def _write_jpegs(folder: Path, colour: RGB, names: list[str]) -> None:
         solid(colour, (21 + j, 15)).save(folder / name, quality=95)
 
 
+def write_folder(root: Path, per_class: int = 3, classes: dict[str, int] | None = None) -> Fabricated:
+    """``root/{train,val,test}/<class>/<image>.png``: the folder dataset's layout, PNG and JPEG files."""
+    classes = classes or {"train": 5, "validation": 3, "test": 3}
+    fab = Fabricated({s: [f"{s}_class{c}" for c in range(k)] for s, k in classes.items()})
+    for split, names in fab.split_classes.items():
+        for name in names:
+            folder = root / ("val" if split == "validation" else split) / name
+            folder.mkdir(parents=True)
+            colour = fab.add(name, per_class)
+            for j in range(per_class):
+                solid(colour, (21 + j, 15)).save(folder / f"img{j}.{'png' if j % 2 else 'jpg'}", quality=95)
+    return fab
+
+
+#: Characters of every glyphs split, no two alike: train (Latin, digits, arrows), validation (Braille, box
+#: drawing, block elements), test (Greek, Cyrillic, Armenian).
+GLYPHS_CHARACTERS = {"train": "ABg0→", "validation": "⠿─▌", "test": "ΩλЖԱ"}
+
+
+def write_glyphs(root: Path, images_per_class: int = 3, hard: bool = False) -> Fabricated:
+    """The cache file ``glyphs`` (or ``glyphs-hard``) reads from ``root`` for ``images_per_class``, seed 0 and
+    the default image size, rendered for :data:`GLYPHS_CHARACTERS` alone (a real rendering, few classes)."""
+    from lightning_episodes.data.datasets import glyphs, glyphs_hard, rendered
+
+    module, size = (glyphs_hard, 32) if hard else (glyphs, 28)
+    characters = "".join(GLYPHS_CHARACTERS.values())
+    payload = module.build_payload(size, images_per_class, 0, characters=characters)
+    rendered.write_cache(module.cache_file(root, size, images_per_class, 0), payload)
+    fab = Fabricated({s: sorted(chars, key=ord) for s, chars in GLYPHS_CHARACTERS.items()})
+    fab.counts = dict.fromkeys(characters, images_per_class)
+    return fab
+
+
 #: Dataset name → writer, for parametrised tests.
 WRITERS: dict[str, Callable[[Path], Fabricated]] = {
     "mini-imagenet": write_mini_imagenet,

@@ -1,4 +1,7 @@
-"""The folder dataset on small real image files written by the tests: layout, conversion, cache, errors, training."""
+"""The folder dataset on small real image files written by the tests: layout, conversion, cache, errors, training.
+
+The loader contract (splits, counts, shapes, determinism, a root that is a file) is in ``test_loader_contract.py``.
+"""
 
 from __future__ import annotations
 
@@ -52,8 +55,6 @@ def test_splits_classes_and_pixels(tmp_path: Path) -> None:
     assert data.class_names[:5] == [f"train_class{c}" for c in range(5)]
     assert [data.class_names[c] for c in data.splits["validation"]] == ["val_class0", "val_class1", "val_class2"]
     assert torch.bincount(data.labels).tolist() == [6] * 5 + [5] * 3 + [4] * 3
-    assert data.images.shape[1:] == (1, 8, 8)
-    assert data.images.dtype == torch.uint8
     # row order: class by class (by name), images by file name; pixels are Pillow's L + bilinear resize
     first = tmp_path / "data/train/train_class0"
     rows = (data.labels == 0).nonzero().flatten()
@@ -74,9 +75,7 @@ def test_rgb_and_the_validation_folder_name(tmp_path: Path) -> None:
     assert len(list((tmp_path / "data").glob("folder-*-10px-3ch-v*.pt"))) == 1
 
 
-def test_deterministic_cached_and_rebuilt_when_the_folder_changes(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_cached_and_rebuilt_when_the_folder_changes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     written = _write_tree(tmp_path / "data")
     first = _load(tmp_path / "data", tmp_path / "cache")
     (cache_file,) = (tmp_path / "cache").glob("folder-*.pt")
@@ -94,10 +93,6 @@ def test_deterministic_cached_and_rebuilt_when_the_folder_changes(
     assert len(changed.labels) == len(first.labels) + 1
     assert len(list((tmp_path / "cache").glob("folder-*.pt"))) == 2
     assert cache_file.exists()  # the old one is left for the user to delete
-    # the same content elsewhere, built from scratch, gives the same tensors (determinism)
-    _write_tree(tmp_path / "copy")
-    copy = _load(tmp_path / "copy", tmp_path / "cache2")
-    assert torch.equal(copy.images, first.images)
 
 
 @pytest.mark.parametrize(

@@ -1,15 +1,14 @@
-"""The embedded ``glyphs`` dataset: class selection, splits by alphabet, determinism and the disk cache.
+"""The embedded ``glyphs`` dataset: class selection, splits by alphabet and the full dataset.
 
-The full dataset is loaded once per module from the default cache (rendered there on first use, about
-half a minute); everything else renders a few dozen characters.
+Determinism and the disk cache, shared with ``glyphs-hard``, are tested in ``test_rendered.py``. The full
+dataset is loaded once per module from the default cache (rendered there on first use, about half a
+minute); everything else renders a few dozen characters.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,13 +19,9 @@ from lightning_episodes.data.datasets.glyphs import (
     SPLIT_OF_ALPHABET,
     alphabet_of,
     build_payload,
-    cache_file,
-    default_cache_dir,
     load_glyphs,
-    read_cache,
     select_characters,
     to_dataset,
-    write_cache,
 )
 
 # Latin, Greek and Cyrillic homoglyphs, punctuation that differs only by position, several scripts and
@@ -44,10 +39,6 @@ def full() -> tuple[ImageDataset, float]:
 @pytest.fixture(scope="module")
 def sample() -> dict:
     return build_payload(image_size=28, images_per_class=4, seed=0, characters=SAMPLE)
-
-
-def _fake_build(image_size: int, images_per_class: int, seed: int, **_: object) -> dict:
-    return build_payload(image_size, images_per_class, seed, characters=SAMPLE[:8])
 
 
 # --- the full dataset ----------------------------------------------------------------------------------
@@ -82,14 +73,6 @@ def test_every_class_has_images_per_class_images(full):
     dataset, _ = full
     assert torch.equal(torch.bincount(dataset.labels), torch.full((dataset.num_classes,), 20))
     assert len(set(dataset.class_names)) == dataset.num_classes
-
-
-def test_dtype_and_shape(full):
-    dataset, _ = full
-    assert dataset.images.dtype == torch.uint8
-    assert dataset.labels.dtype == torch.int64
-    assert dataset.image_shape == (1, 28, 28)
-    assert dataset.images.shape[0] == 20 * dataset.num_classes
 
 
 def test_every_image_has_ink(full):
@@ -195,16 +178,7 @@ def test_alphabets():
     assert set(SPLIT_OF_ALPHABET.values()) == {"train", "validation", "test"}
 
 
-# --- determinism and sizes -----------------------------------------------------------------------------
-
-
-def test_same_seed_gives_identical_bytes_and_another_seed_differs(sample):
-    again = build_payload(image_size=28, images_per_class=4, seed=0, characters=SAMPLE, processes=2)
-    other = build_payload(image_size=28, images_per_class=4, seed=1, characters=SAMPLE)
-    assert torch.equal(again["images"], sample["images"])
-    assert again["checksum"] == sample["checksum"]
-    assert other["characters"] == sample["characters"]
-    assert not torch.equal(other["images"], sample["images"])
+# --- sizes -------------------------------------------------------------------------------------------------
 
 
 def test_image_size_32():
@@ -213,76 +187,3 @@ def test_image_size_32():
     assert dataset.image_shape == (1, 32, 32)
     assert dataset.images.shape[0] == 3 * dataset.num_classes
     assert int(dataset.images.flatten(1).amax(dim=1).min()) >= 200
-
-
-@pytest.mark.parametrize(
-    ("option", "value"), [("image_size", 4), ("channels", 2), ("images_per_class", 0), ("seed", -1)]
-)
-def test_invalid_options_are_refused(tmp_path, option, value):
-    with pytest.raises(ValueError, match=option):
-        load_glyphs(root=tmp_path, **{option: value})
-
-
-# --- the cache -----------------------------------------------------------------------------------------
-
-
-def test_default_cache_dir(monkeypatch, tmp_path):
-    monkeypatch.setenv("LIGHTNING_EPISODES_CACHE", str(tmp_path / "le"))
-    assert default_cache_dir() == tmp_path / "le" / "glyphs"
-    monkeypatch.delenv("LIGHTNING_EPISODES_CACHE")
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    assert default_cache_dir() == tmp_path / "xdg" / "lightning-episodes" / "glyphs"
-    monkeypatch.delenv("XDG_CACHE_HOME")
-    assert default_cache_dir() == Path.home() / ".cache" / "lightning-episodes" / "glyphs"
-
-
-def test_cache_file_names_every_parameter(tmp_path):
-    names = {cache_file(tmp_path, *params).name for params in [(28, 20, 0), (32, 20, 0), (28, 5, 0), (28, 20, 1)]}
-    assert len(names) == 4
-    assert all(f"-v{glyphs.FORMAT_VERSION}-" in name for name in names)
-
-
-def test_cache_round_trip_writes_atomically(monkeypatch, tmp_path):
-    monkeypatch.setattr(glyphs, "build_payload", _fake_build)
-    first = load_glyphs(root=tmp_path, images_per_class=3)
-    assert [p.name for p in tmp_path.iterdir()] == [cache_file(tmp_path, 28, 3, 0).name]
-    monkeypatch.setattr(glyphs, "build_payload", lambda *a, **k: pytest.fail("the cache was not used"))
-    second = load_glyphs(root=tmp_path, images_per_class=3)
-    assert torch.equal(first.images, second.images)
-    assert first.class_names == second.class_names
-
-
-def test_a_failed_write_leaves_nothing_behind(monkeypatch, tmp_path, sample):
-    def broken_save(*args: object, **kwargs: object) -> None:
-        raise OSError("disk full")
-
-    monkeypatch.setattr(torch, "save", broken_save)
-    with pytest.raises(OSError, match="disk full"):
-        write_cache(tmp_path / "glyphs.pt", sample)
-    assert list(tmp_path.iterdir()) == []
-
-
-def test_corrupt_cache_files_are_rejected(tmp_path, sample):
-    path = tmp_path / "glyphs.pt"
-    write_cache(path, sample)
-    assert read_cache(path, 28, 4) is not None
-    with pytest.warns(UserWarning, match="another shape"):
-        assert read_cache(path, 32, 4) is None  # not the parameters it claims
-    tampered = dict(sample, images=sample["images"].clone())
-    tampered["images"][0, 0, 0, 0] ^= 1
-    write_cache(path, tampered)
-    with pytest.warns(UserWarning, match="checksum"):
-        assert read_cache(path, 28, 4) is None
-    path.write_bytes(path.read_bytes()[: os.path.getsize(path) // 2])  # truncated
-    with pytest.warns(UserWarning, match="not a valid glyphs cache"):
-        assert read_cache(path, 28, 4) is None
-
-
-def test_corrupt_cache_is_regenerated(monkeypatch, tmp_path):
-    monkeypatch.setattr(glyphs, "build_payload", _fake_build)
-    path = cache_file(tmp_path, 28, 2, 0)
-    path.write_bytes(b"not a torch file")
-    with pytest.warns(UserWarning, match="rendering it again"):
-        dataset = load_glyphs(root=tmp_path, images_per_class=2)
-    assert dataset.num_classes == len(_fake_build(28, 2, 0)["characters"])
-    assert read_cache(path, 28, 2) is not None

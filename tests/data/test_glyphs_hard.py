@@ -1,4 +1,6 @@
-"""The embedded ``glyphs-hard`` dataset: glyphs' classes and splits, determinism, the cache and a fit.
+"""The embedded ``glyphs-hard`` dataset: glyphs' classes and splits, colour, difficulty, the knobs and a fit.
+
+Determinism and the disk cache, shared with ``glyphs``, are tested in ``test_rendered.py``.
 
 Most tests render a few dozen characters; the tests of the full dataset (rendered into the default cache
 on first use, about a minute on two cores) are marked slow.
@@ -21,12 +23,11 @@ from PIL import Image
 from pytorch_lightning.callbacks import Callback
 
 from lightning_episodes import EpisodicDataModule, ProtoNet
-from lightning_episodes.data.datasets import ImageDataset, available_datasets, glyphs, glyphs_hard, load_dataset
+from lightning_episodes.data.datasets import ImageDataset, glyphs, glyphs_hard
 from lightning_episodes.data.datasets.glyphs_hard import (
     DIFFICULTY,
     build_payload,
     cache_file,
-    default_cache_dir,
     load_glyphs_hard,
     read_cache,
     to_dataset,
@@ -42,10 +43,6 @@ SAMPLE = "ABgQ0,→∑☺⠿─▌▐✓ພΩΣλЖжФԱաლ"
 @pytest.fixture(scope="module")
 def sample() -> dict:
     return build_payload(image_size=32, images_per_class=4, seed=0, characters=SAMPLE)
-
-
-def _fake_build(image_size: int, images_per_class: int, seed: int, **_: object) -> dict:
-    return build_payload(image_size, images_per_class, seed, characters=SAMPLE[:6])
 
 
 def _nearest_prototype_accuracy(images: np.ndarray, episodes: int = 400, ways: int = 5) -> float:
@@ -67,10 +64,6 @@ def _nearest_prototype_accuracy(images: np.ndarray, episodes: int = 400, ways: i
 # --- classes, splits, shapes ---------------------------------------------------------------------------------
 
 
-def test_registered():
-    assert "glyphs-hard" in available_datasets()
-
-
 def test_classes_and_splits_are_glyphs(sample):
     grey = glyphs.build_payload(image_size=28, images_per_class=1, seed=0, characters=SAMPLE)
     assert sample["characters"] == grey["characters"]
@@ -84,12 +77,8 @@ def test_classes_and_splits_are_glyphs(sample):
     assert {"Ω", "Ж", "Ա", "ლ"} <= chars["test"]
 
 
-def test_shapes_dtype_and_labels(sample):
+def test_images_are_in_colour(sample):
     dataset = to_dataset(sample, channels=3)
-    assert dataset.image_shape == (3, 32, 32)
-    assert dataset.images.dtype == torch.uint8
-    assert torch.equal(torch.bincount(dataset.labels), torch.full((dataset.num_classes,), 4))
-    # colour: the three channels of an image differ
     assert (dataset.images[:, 0] != dataset.images[:, 1]).flatten(1).any(dim=1).float().mean() > 0.9
 
 
@@ -121,21 +110,7 @@ def test_harder_than_glyphs_in_pixel_space():
     assert easy_accuracy > hard_accuracy + 0.1
 
 
-# --- determinism and the knobs -------------------------------------------------------------------------------
-
-
-def test_same_seed_gives_identical_bytes_and_another_seed_differs(sample):
-    again = build_payload(image_size=32, images_per_class=4, seed=0, characters=SAMPLE, processes=2)
-    other = build_payload(image_size=32, images_per_class=4, seed=1, characters=SAMPLE)
-    assert torch.equal(again["images"], sample["images"])
-    assert again["checksum"] == sample["checksum"]
-    assert not torch.equal(other["images"], sample["images"])
-
-
-def test_a_character_renders_the_same_alone_or_among_others(sample):
-    alone = build_payload(image_size=32, images_per_class=4, seed=0, characters="Ж")
-    k = sample["characters"].index("Ж")
-    assert torch.equal(alone["images"][0], sample["images"][k])
+# --- the knobs ---------------------------------------------------------------------------------------------
 
 
 def test_the_knobs_change_the_images_and_the_cache_file(tmp_path):
@@ -143,71 +118,6 @@ def test_the_knobs_change_the_images_and_the_cache_file(tmp_path):
     calm_images = build_payload(32, 3, 0, characters="AB", knobs=calm)["images"]
     assert not torch.equal(calm_images, build_payload(32, 3, 0, characters="AB")["images"])
     assert cache_file(tmp_path, 32, 20, 0, calm) != cache_file(tmp_path, 32, 20, 0, DIFFICULTY)
-    names = {cache_file(tmp_path, *params).name for params in [(32, 20, 0), (28, 20, 0), (32, 5, 0), (32, 20, 1)]}
-    assert len(names) == 4
-
-
-@pytest.mark.parametrize(
-    ("option", "value"),
-    [("image_size", 8), ("image_size", 256), ("channels", 2), ("images_per_class", 0), ("seed", -1)],
-)
-def test_invalid_options_are_refused(tmp_path, option, value):
-    with pytest.raises(ValueError, match=option):
-        load_glyphs_hard(root=tmp_path, **{option: value})
-
-
-# --- the cache -----------------------------------------------------------------------------------------------
-
-
-def test_default_cache_dir(monkeypatch, tmp_path):
-    monkeypatch.setenv("LIGHTNING_EPISODES_CACHE", str(tmp_path / "le"))
-    assert default_cache_dir() == tmp_path / "le" / "glyphs-hard"
-    monkeypatch.delenv("LIGHTNING_EPISODES_CACHE")
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    assert default_cache_dir() == tmp_path / "xdg" / "lightning-episodes" / "glyphs-hard"
-
-
-def test_cache_is_written_once_and_reused(monkeypatch, tmp_path):
-    monkeypatch.setattr(glyphs_hard, "build_payload", _fake_build)
-    first = load_dataset("glyphs-hard", root=tmp_path, images_per_class=3)
-    assert [p.name for p in tmp_path.iterdir()] == [cache_file(tmp_path, 32, 3, 0).name]
-    monkeypatch.setattr(glyphs_hard, "build_payload", lambda *a, **k: pytest.fail("the cache was not used"))
-    second = load_glyphs_hard(root=tmp_path, images_per_class=3)
-    grey = load_glyphs_hard(root=tmp_path, images_per_class=3, channels=1)
-    assert torch.equal(first.images, second.images)
-    assert first.class_names == second.class_names
-    assert grey.image_shape == (1, 32, 32)
-
-
-def test_corrupt_cache_files_are_rejected(tmp_path, sample):
-    path = tmp_path / "glyphs-hard.pt"
-    glyphs.write_cache(path, sample)
-    assert read_cache(path, 32, 4) is not None
-    with pytest.warns(UserWarning, match="another shape"):
-        assert read_cache(path, 28, 4) is None
-    grey = glyphs.build_payload(32, 4, 0, characters=SAMPLE[:3])  # a glyphs file: no colour axis
-    glyphs.write_cache(path, grey)
-    with pytest.warns(UserWarning, match="another format|another shape"):
-        assert read_cache(path, 32, 4) is None
-    tampered = dict(sample, images=sample["images"].clone())
-    tampered["images"][0, 0, 1, 0, 0] ^= 1
-    glyphs.write_cache(path, tampered)
-    with pytest.warns(UserWarning, match="checksum"):
-        assert read_cache(path, 32, 4) is None
-    glyphs.write_cache(path, sample)
-    path.write_bytes(path.read_bytes()[: os.path.getsize(path) // 2])  # truncated
-    with pytest.warns(UserWarning, match="not a valid glyphs-hard cache"):
-        assert read_cache(path, 32, 4) is None
-
-
-def test_corrupt_cache_is_regenerated(monkeypatch, tmp_path):
-    monkeypatch.setattr(glyphs_hard, "build_payload", _fake_build)
-    path = cache_file(tmp_path, 32, 2, 0)
-    path.write_bytes(b"not a torch file")
-    with pytest.warns(UserWarning, match="rendering it again"):
-        dataset = load_glyphs_hard(root=tmp_path, images_per_class=2)
-    assert dataset.num_classes == len(_fake_build(32, 2, 0)["characters"])
-    assert read_cache(path, 32, 2) is not None
 
 
 # --- training ------------------------------------------------------------------------------------------------
