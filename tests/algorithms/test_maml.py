@@ -70,14 +70,16 @@ def test_meta_gradient_matches_learn2learn_in_float64(first_order: bool) -> None
     assert all(g.abs().sum() > 0 for g in ours.values())  # every parameter learns (DDP needs it)
 
 
-def test_first_and_second_order_gradients_differ() -> None:
+@pytest.mark.parametrize(("algorithm", "difference"), [(MAML, 1e-4), (ANIL, 1e-6)])
+def test_first_and_second_order_gradients_differ(algorithm: type[MAML], difference: float) -> None:
     torch.manual_seed(0)
-    second = MAML(image_size=16, backbone_options={"hidden": HIDDEN}).double().train()
-    first = MAML(image_size=16, backbone_options={"hidden": HIDDEN}, first_order=True).double().train()
+    second = algorithm(image_size=16, backbone_options={"hidden": HIDDEN}).double().train()
+    first = algorithm(image_size=16, backbone_options={"hidden": HIDDEN}, first_order=True).double().train()
     first.load_state_dict(second.state_dict())
     batch = random_episodes()
     a, b = our_gradients(second, batch), our_gradients(first, batch)
-    assert max((a[k] - b[k]).abs().max().item() for k in a) > 1e-4
+    # the backbone's gradient reaches it through the adapted parameters (ANIL: the adapted head)
+    assert max((a[k] - b[k]).abs().max().item() for k in a if k.startswith("backbone.")) > difference
 
 
 @pytest.mark.parametrize("algorithm", [MAML, ANIL])
