@@ -51,16 +51,29 @@ def _floating_buffers(module: nn.Module) -> list[Tensor]:
 def nonfinite_flags(module: nn.Module, grads: Iterable[Tensor] = (), exact: bool = False) -> Tensor:
     """``[3]`` flags (1 = some NaN/inf) for ``grads``, the parameters and the floating-point buffers of
     ``module``, in the order of :data:`KINDS`, on the module's device, without a host sync (see
-    :func:`any_nonfinite` for ``exact``)."""
-    grads = list(grads)
-    device = next(module.parameters(), torch.zeros(())).device
-    return torch.stack(
-        [
-            any_nonfinite(grads, device, exact),
-            any_nonfinite((p for p in module.parameters() if p.is_floating_point()), device, exact),
-            any_nonfinite(_floating_buffers(module), device, exact),
-        ]
+    :func:`any_nonfinite` for ``exact``).
+
+    The fast check is one fused 2-norm over all three groups at once (a single ``torch._foreach_norm``), each
+    kind's flag then the ``any`` of its slice: the same flags as three :func:`any_nonfinite` calls, in fewer ops.
+    """
+    groups = (
+        list(grads),
+        [p for p in module.parameters() if p.is_floating_point()],
+        _floating_buffers(module),
     )
+    device = next(module.parameters(), torch.zeros(())).device
+    if exact:
+        return torch.stack([any_nonfinite(group, device, exact=True) for group in groups])
+    tensors = [t for group in groups for t in group]
+    if not tensors:
+        return torch.zeros(3, device=device)
+    norms = torch._foreach_norm(tensors)
+    bad = ~torch.isfinite(torch.stack([n.to(device, torch.float32) for n in norms]))
+    flags, start = [], 0
+    for group in groups:  # slices by Python ints: no host read
+        flags.append(bad[start : start + len(group)].any())
+        start += len(group)
+    return torch.stack(flags).float()
 
 
 def nonfinite_report(module: nn.Module, flags: list[bool], grads: dict[str, Tensor] | None = None) -> str:

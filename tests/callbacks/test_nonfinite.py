@@ -16,7 +16,7 @@ from torch import Tensor
 from lightning_episodes import ProtoNet
 from lightning_episodes.algorithms.base import EpisodeOutput
 from lightning_episodes.callbacks import NonFiniteError, NonFiniteGuard
-from lightning_episodes.callbacks.nonfinite import any_nonfinite
+from lightning_episodes.callbacks.nonfinite import any_nonfinite, nonfinite_flags
 from lightning_episodes.cli import main
 from lightning_episodes.data.episode import Episode
 from tests.helpers import tiny_datamodule, tiny_trainer
@@ -234,3 +234,25 @@ def test_the_console_reports_a_diverged_run_in_one_line(
     line = next(line for line in err.splitlines() if "error:" in line)
     assert line.startswith("lightning-episodes fit: error: training stopped at step 5: 5 steps in a row"), line
     assert not list(tmp_path.rglob("test_results.json"))
+
+
+@pytest.mark.parametrize("where", ["none", "gradients", "parameters", "buffers", "all"])
+def test_the_fused_flags_are_each_kinds_own_check(where: str) -> None:
+    """The one fused 2-norm over gradients, parameters and buffers flags exactly the kinds that a separate check of
+    each flags (an empty gradient list included)."""
+    model = ProtoNet(image_size=16)
+    grads = [torch.ones_like(p) for p in model.parameters()]
+    with torch.no_grad():
+        if where in ("gradients", "all"):
+            grads[3][0] = float("nan")
+        if where in ("parameters", "all"):
+            next(model.parameters()).view(-1)[0] = float("inf")
+        if where in ("buffers", "all"):
+            model.backbone.blocks[1].norm.running_mean[0] = float("nan")
+    for given in (grads, []):
+        buffers = [b for b in model.buffers() if b.is_floating_point()]
+        expected = [
+            float(any_nonfinite(group, torch.device("cpu"))) for group in (given, list(model.parameters()), buffers)
+        ]
+        assert nonfinite_flags(model, given).tolist() == expected
+        assert nonfinite_flags(model, given, exact=True).tolist() == expected
