@@ -14,7 +14,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from typing import Any, ClassVar, Final
 
+import numpy as np
 import torch
+from scipy import special
 from torch import Tensor
 
 from lightning_episodes.weighting.estimator import DifficultyEstimator, difficulty_statistics
@@ -44,7 +46,8 @@ PROPOSALS: Final[tuple[str, ...]] = ("normal", "lognormal", "empirical")
 
 _LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
 _SQRT2 = math.sqrt(2.0)
-_BISECTIONS = 80  # halvings of the quantile bracket: far below float64 resolution of any window's range
+_SQRT_2PI = math.sqrt(2.0 * math.pi)
+_MAX_STEPS = 200  # of kde_quantiles: bisection alone reaches float64 resolution of any bracket in fewer
 
 
 def _cpu64(values: Tensor | list[float]) -> Tensor:
@@ -84,7 +87,14 @@ def kde_log_density(x: Tensor, data: Tensor, bandwidth: float) -> Tensor:
 
 
 def kde_quantiles(data: Tensor, bandwidth: float, probabilities: list[float]) -> list[float]:
-    """Quantiles of the kernel density estimate, by bisection of ``F(x) = mean_i Phi((x - x_i) / h)``.
+    """Quantiles of the kernel density estimate: the roots of ``F(x) = mean_i Phi((x - x_i) / h) = p``.
+
+    Newton's method on all levels at once (``F' = q``, the estimate's density), started at the sample's quantiles
+    and kept inside a bracket ``[low, high]`` with ``F(low) < p <= F(high)`` that every step narrows: a step that
+    would leave it is a bisection instead, so it converges for any data (typically in 4-6 steps, against the 60-80
+    of plain bisection). It stops after the step that moved no level by more than ``1e-10 h`` (or 64 units in
+    the last place of ``x``: the next step would be below float64's noise), or after :data:`_MAX_STEPS` steps
+    (on the CPU, where the window lives: no device is read).
 
     Args:
         data: the kernel centres (1-d).
@@ -94,16 +104,27 @@ def kde_quantiles(data: Tensor, bandwidth: float, probabilities: list[float]) ->
     Returns:
         One quantile per level, as Python floats.
     """
-    data = _cpu64(data)
-    p = torch.tensor(probabilities, dtype=torch.float64)
-    low = torch.full_like(p, float(data.min()) - 40.0 * bandwidth)
-    high = torch.full_like(p, float(data.max()) + 40.0 * bandwidth)
-    for _ in range(_BISECTIONS):  # a fixed count: no data-dependent stopping
-        middle = 0.5 * (low + high)
-        cdf = 0.5 * (1.0 + torch.erf((middle[:, None] - data[None, :]) / (bandwidth * _SQRT2))).mean(dim=1)
-        below = cdf < p
-        low, high = torch.where(below, middle, low), torch.where(below, high, middle)
-    return (0.5 * (low + high)).tolist()
+    centres = _cpu64(data).numpy()
+    p = np.asarray(probabilities, dtype=np.float64)
+    low = np.full_like(p, centres.min() - 40.0 * bandwidth)
+    high = np.full_like(p, centres.max() + 40.0 * bandwidth)
+    x = np.quantile(centres, p)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        for _ in range(_MAX_STEPS):
+            z = (x[:, None] - centres[None, :]) / bandwidth
+            cdf = special.ndtr(z).mean(axis=1)
+            density = np.exp(-0.5 * z * z).mean(axis=1) / (bandwidth * _SQRT_2PI)
+            below = cdf < p
+            low, high = np.where(below, x, low), np.where(below, high, x)
+            newton = x - (cdf - p) / density
+            inside = np.isfinite(newton) & (newton >= low) & (newton <= high)
+            step = np.where(inside, newton, 0.5 * (low + high))
+            # Newton's step shrinks the error quadratically: after one of 1e-10 h it is at float64's noise
+            done = np.all(np.abs(step - x) <= 1e-10 * bandwidth + 64.0 * np.spacing(np.abs(x)))
+            x = step
+            if done:
+                break
+    return [float(v) for v in x]
 
 
 class Proposal(ABC):

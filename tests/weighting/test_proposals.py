@@ -24,6 +24,7 @@ from lightning_episodes.weighting import (
     get_target,
     importance_weights,
     kde_bandwidth,
+    kde_quantiles,
     make_proposal,
     standard_normal_mass,
 )
@@ -119,6 +120,33 @@ def test_empirical_is_scipys_gaussian_kde() -> None:
     low, high = q.support()
     assert kde.integrate_box_1d(-np.inf, low) == pytest.approx((1 - Z) / 2, abs=1e-9)
     assert kde.integrate_box_1d(low, high) == pytest.approx(Z, abs=1e-9)
+
+
+@pytest.mark.parametrize(
+    "window",
+    [
+        np.random.default_rng(0).normal(1.5, 1.0, 1000),
+        np.random.default_rng(1).lognormal(0.0, 1.0, 500),
+        np.r_[np.zeros(5), np.full(995, 1000.0)],  # a gap where the estimate's CDF is flat
+        np.r_[np.random.default_rng(2).normal(0, 1, 199), 1e4],  # a far outlier
+        np.array([1.0, 1.0000001]),  # two close values: a tiny bandwidth
+        np.r_[np.full(50, 2.0), np.full(50, 3.0)],  # ties
+        1e6 + np.random.default_rng(3).uniform(0, 1, 300),  # a large offset
+    ],
+    ids=["normal", "lognormal", "gap", "outlier", "two", "ties", "offset"],
+)
+def test_kde_quantiles_are_scipys_at_float64_precision(window: np.ndarray) -> None:
+    """Newton's method in its bracket finds the levels of scipy's gaussian_kde CDF to float64 noise on awkward
+    windows (flat CDF, far outlier, tiny bandwidth, ties, large offset), as bisection did."""
+    data = torch.from_numpy(window)
+    bandwidth = kde_bandwidth(data)
+    levels = [0.5 - 0.5 * Z, 0.5 + 0.5 * Z, 0.5]
+    quantiles = kde_quantiles(data, bandwidth, levels)
+    for x, level in zip(quantiles, levels, strict=True):
+        mass = float(stats.norm.cdf((x - window) / bandwidth).mean())
+        slope = float(stats.norm.pdf((x - window) / bandwidth).mean()) / bandwidth
+        # the mass below x is the level up to what one float64 step of x (or of the sum) moves it by
+        assert abs(mass - level) <= 8 * slope * np.spacing(abs(x)) + 1e-14
 
 
 def test_empirical_window_warm_up_and_slide() -> None:
