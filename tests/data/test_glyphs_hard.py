@@ -218,25 +218,6 @@ def test_full_dataset_is_glyphs_classes_in_colour(full):
     )
 
 
-@pytest.mark.slow
-def test_full_cached_load_is_identical_and_fast(full):
-    dataset, _ = full
-    start = time.perf_counter()
-    again = load_glyphs_hard()
-    assert time.perf_counter() - start < 15.0
-    assert torch.equal(again.images, dataset.images)
-    assert (again.mean, again.std) == (dataset.mean, dataset.std)
-
-
-@pytest.mark.slow
-def test_full_dataset_matches_a_subset_rendering(full):
-    dataset, _ = full
-    payload = build_payload(image_size=32, images_per_class=20, seed=0, characters="AЖლ⠿")
-    for k, ch in enumerate(payload["characters"]):
-        row = dataset.class_names.index(ch)
-        assert torch.equal(payload["images"][k], dataset.images[dataset.labels == row])
-
-
 def test_difficulty_is_frozen_and_named_in_the_key():
     with pytest.raises(dataclasses.FrozenInstanceError):
         DIFFICULTY.rotation = 0.0  # type: ignore[misc]

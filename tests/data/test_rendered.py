@@ -1,12 +1,14 @@
 """What ``glyphs`` and ``glyphs-hard`` share: determinism from a seed, the argument checks and the disk cache.
 
 One row of :data:`RENDERED` per rendered dataset; each test renders a few characters. The loader contract
-(splits, counts, shapes, a root that is a file) is in ``test_loader_contract.py``.
+(splits, counts, shapes, a root that is a file) is in ``test_loader_contract.py``. The slow tests load the
+full datasets from the default cache (rendering them there on first use: minutes on two cores).
 """
 
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -15,7 +17,7 @@ from typing import Any
 import pytest
 import torch
 
-from lightning_episodes.data.datasets import glyphs, glyphs_hard, load_dataset, rendered
+from lightning_episodes.data.datasets import ImageDataset, glyphs, glyphs_hard, load_dataset, rendered
 
 #: Characters of every split (Latin and symbols; Braille, box drawing and Lao; Greek, Cyrillic, Armenian).
 SAMPLE = "ABg0,→⠿─ພΩЖԱ"
@@ -166,3 +168,31 @@ def test_a_failed_write_leaves_nothing_behind(sample: dict, monkeypatch: pytest.
     with pytest.raises(OSError, match="disk full"):
         rendered.write_cache(tmp_path / "cache.pt", sample)
     assert list(tmp_path.iterdir()) == []
+
+
+# --- the full datasets ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def full(case: Rendered) -> ImageDataset:
+    return load_dataset(case.name)
+
+
+@pytest.mark.slow
+def test_the_full_dataset_loads_from_its_cache_identically_and_fast(case: Rendered, full: ImageDataset) -> None:
+    start = time.perf_counter()
+    again = load_dataset(case.name)
+    assert time.perf_counter() - start < 15.0
+    assert torch.equal(again.images, full.images)
+    assert torch.equal(again.labels, full.labels)
+    assert (again.class_names, again.splits, again.groups) == (full.class_names, full.splits, full.groups)
+    assert (again.mean, again.std) == (full.mean, full.std)
+
+
+@pytest.mark.slow
+def test_a_subset_renders_exactly_as_in_the_full_dataset(case: Rendered, full: ImageDataset) -> None:
+    payload = case.build(images_per_class=20)
+    assert payload["characters"] == sorted(SAMPLE, key=ord)
+    for k, ch in enumerate(payload["characters"]):
+        rows = full.images[full.labels == full.class_names.index(ch)]
+        assert torch.equal(payload["images"][k], rows.reshape(payload["images"][k].shape)), ch

@@ -26,7 +26,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import ClassVar
 
-from lightning_episodes.data.datasets.base import ImageDataset
+from lightning_episodes.data.datasets.base import SPLITS, ImageDataset, register_dataset
 from lightning_episodes.data.datasets.cache import (
     CacheSpec,
     SourceSplit,
@@ -35,6 +35,9 @@ from lightning_episodes.data.datasets.cache import (
     load_cached,
     require_files,
 )
+
+#: What a dataset module needs from here (it imports them all from this module).
+__all__ = ["SPLITS", "CacheSpec", "ConvertedDataset", "ImageDataset", "SourceSplit", "Statistics", "register_dataset"]
 
 
 class ConvertedDataset(ABC):
@@ -50,6 +53,10 @@ class ConvertedDataset(ABC):
     split_classes: ClassVar[dict[str, int]]
     #: The expected layout of the source files, shown when they are missing; ``{root}`` is the data root.
     layout: ClassVar[str]
+    #: Whether ``root`` must be given (no default data root).
+    needs_root: ClassVar[bool] = False
+    #: Whether ``download=True`` can fetch the source files.
+    downloadable: ClassVar[bool] = True
 
     def load(
         self,
@@ -75,21 +82,24 @@ class ConvertedDataset(ABC):
         Raises:
             FileNotFoundError: if source files are missing and ``download`` is false.
             ValueError: for an ``image_size`` below 1 or ``channels`` not 1 or 3, a split without its
-                published number of classes, or a class without images.
+                published number of classes, or a class without images; without ``root`` where the dataset
+                :attr:`needs_root`, with ``download`` where it is not :attr:`downloadable`.
         """
-        spec = self.cache_spec(root, image_size, channels, download, cache_dir)
+        if root is None and self.needs_root:
+            raise ValueError(
+                f"data.dataset={self.name} needs data.root: the folder laid out as\n{self.layout.format(root='ROOT')}"
+            )
+        if download and not self.downloadable:
+            raise ValueError(
+                f"data.download=true: the {self.name} dataset reads local files, there is nothing to download"
+            )
+        spec = self.cache_spec(CacheSpec.resolve(self.name, root, image_size, channels, cache_dir))
         return load_cached(spec, lambda: self.read_splits(spec, download), self.statistics)
 
-    def cache_spec(
-        self,
-        root: Path | None,
-        image_size: int | None,
-        channels: int | None,
-        download: bool,
-        cache_dir: str | Path | None,
-    ) -> CacheSpec:
-        """Where the source files are and which cache file holds them (checks ``image_size`` and ``channels``)."""
-        return CacheSpec.resolve(self.name, root, image_size, channels, cache_dir)
+    def cache_spec(self, spec: CacheSpec) -> CacheSpec:
+        """The cache file of ``spec`` (default: as :meth:`CacheSpec.resolve` names it, by dataset, size and
+        channels)."""
+        return spec
 
     @abstractmethod
     def read_splits(self, spec: CacheSpec, download: bool) -> Iterable[SourceSplit]:

@@ -29,9 +29,13 @@ from pathlib import Path
 
 from PIL import Image
 
-from lightning_episodes.data.datasets.base import SPLITS, register_dataset
-from lightning_episodes.data.datasets.cache import CacheSpec, SourceSplit
-from lightning_episodes.data.datasets.converted import ConvertedDataset
+from lightning_episodes.data.datasets.converted import (
+    SPLITS,
+    CacheSpec,
+    ConvertedDataset,
+    SourceSplit,
+    register_dataset,
+)
 
 NAME = "dtd"
 #: Classes per split in Meta-Dataset.

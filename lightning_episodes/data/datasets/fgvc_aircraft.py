@@ -28,9 +28,13 @@ import pickle
 from collections.abc import Iterator
 from pathlib import Path
 
-from lightning_episodes.data.datasets.base import SPLITS, register_dataset
-from lightning_episodes.data.datasets.cache import CacheSpec, SourceSplit
-from lightning_episodes.data.datasets.converted import ConvertedDataset
+from lightning_episodes.data.datasets.converted import (
+    SPLITS,
+    CacheSpec,
+    ConvertedDataset,
+    SourceSplit,
+    register_dataset,
+)
 
 NAME = "fgvc-aircraft"
 #: Classes per split in Meta-Dataset.

@@ -31,9 +31,15 @@ from pathlib import Path
 import torch
 from PIL import Image, UnidentifiedImageError
 
-from lightning_episodes.data.datasets.base import SPLITS, ImageDataset, register_dataset
-from lightning_episodes.data.datasets.cache import CacheSpec, SourceSplit, Statistics
-from lightning_episodes.data.datasets.converted import ConvertedDataset
+from lightning_episodes.data.datasets.converted import (
+    SPLITS,
+    CacheSpec,
+    ConvertedDataset,
+    ImageDataset,
+    SourceSplit,
+    Statistics,
+    register_dataset,
+)
 
 NAME = "folder"
 #: File name endings read as images (case-insensitive).
@@ -152,32 +158,16 @@ def fingerprint(tree: dict[str, dict[str, list[Path]]]) -> str:
 class ImageFolder(ConvertedDataset):
     """``root/<split>/<class>/<image>`` images; the cache file is named by a fingerprint of the files."""
 
-    name, layout = NAME, LAYOUT
+    name, layout, needs_root, downloadable = NAME, LAYOUT, True, False
 
-    def cache_spec(
-        self,
-        root: Path | None,
-        image_size: int | None,
-        channels: int | None,
-        download: bool,
-        cache_dir: str | Path | None,
-    ) -> CacheSpec:
-        """Check the tree under ``root`` (required) and name the cache by its fingerprint.
+    def cache_spec(self, spec: CacheSpec) -> CacheSpec:
+        """The cache file named by the fingerprint of the tree under ``spec.root`` (checked).
 
         Raises:
             FileNotFoundError: if ``root`` or a split folder is missing.
-            ValueError: without ``root``, with ``download``, for files that are not images or an empty class
-                folder.
+            ValueError: for files that are not images or an empty class folder.
         """
-        if root is None:
-            raise ValueError(
-                f"data.dataset=folder needs data.root: the folder laid out as\n{LAYOUT.format(root='ROOT')}"
-            )
-        if download:
-            raise ValueError("data.download=true: the folder dataset reads local files, there is nothing to download")
-        root = Path(root).expanduser()
-        spec = super().cache_spec(root, image_size, channels, download, cache_dir)
-        key = fingerprint(_tree(root))
+        key = fingerprint(_tree(spec.root))
         return dataclasses.replace(
             spec, path=spec.path.with_name(f"{NAME}-{key}-{spec.path.name.removeprefix(NAME + '-')}")
         )

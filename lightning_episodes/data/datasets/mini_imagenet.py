@@ -22,9 +22,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from lightning_episodes.data.datasets.base import SPLITS, register_dataset
-from lightning_episodes.data.datasets.cache import CacheSpec, SourceSplit
-from lightning_episodes.data.datasets.converted import ConvertedDataset
+from lightning_episodes.data.datasets.converted import (
+    SPLITS,
+    CacheSpec,
+    ConvertedDataset,
+    SourceSplit,
+    register_dataset,
+)
 
 NAME = "mini-imagenet"
 #: Classes per split in Ravi & Larochelle (2017).

@@ -32,9 +32,13 @@ from typing import Any
 
 import numpy as np
 
-from lightning_episodes.data.datasets.base import SPLITS, register_dataset
-from lightning_episodes.data.datasets.cache import CacheSpec, SourceSplit
-from lightning_episodes.data.datasets.converted import ConvertedDataset
+from lightning_episodes.data.datasets.converted import (
+    SPLITS,
+    CacheSpec,
+    ConvertedDataset,
+    SourceSplit,
+    register_dataset,
+)
 
 NAME = "tiered-imagenet"
 #: Classes and high-level categories per split in Ren et al. (2018).
