@@ -71,6 +71,26 @@ def _out_dtype(x: Tensor) -> torch.dtype:
     return x.dtype if x.is_floating_point() else torch.get_default_dtype()
 
 
+def _checked(
+    target: str | Target, support_sigmas: float, out_of_support: str, progress: float | None
+) -> tuple[Target, float, float | None]:
+    """The target, ``c`` and ``progress`` of both weight functions, checked (``ValueError`` naming the argument)."""
+    target_obj = get_target(target)
+    c = _check_support_sigmas(support_sigmas)
+    if out_of_support not in OUT_OF_SUPPORT:
+        raise ValueError(f"out_of_support must be one of {list(OUT_OF_SUPPORT)}, got {out_of_support!r}")
+    if progress is not None and not 0.0 <= float(progress) <= 1.0:
+        raise ValueError(f"progress must be in [0, 1], got {progress!r}")
+    return target_obj, c, None if progress is None else float(progress)
+
+
+def _finished(w: Tensor, valid: Tensor, device: torch.device, dtype: torch.dtype) -> Tensor:
+    """Weight 0 outside ``valid`` and for non-positive or NaN weights, overflow capped at ``dtype``'s maximum."""
+    w = torch.where(valid & (w > 0), w, torch.zeros_like(w))
+    w = torch.nan_to_num(w, nan=0.0, posinf=torch.finfo(dtype).max).clamp(max=torch.finfo(dtype).max)
+    return w.to(device=device, dtype=dtype)
+
+
 def support_interval(
     mu: float | Tensor, sigma: float | Tensor, support_sigmas: float = DEFAULT_SUPPORT_SIGMAS
 ) -> tuple[float, float]:
@@ -145,14 +165,7 @@ def importance_weights(
         >>> [round(v, 4) for v in w.tolist()]
         [0.481, 13.4136, 13.4136]
     """
-    target_obj = get_target(target)
-    c = _check_support_sigmas(support_sigmas)
-    if out_of_support not in OUT_OF_SUPPORT:
-        raise ValueError(f"out_of_support must be one of {list(OUT_OF_SUPPORT)}, got {out_of_support!r}")
-    if progress is not None and not 0.0 <= float(progress) <= 1.0:
-        raise ValueError(f"progress must be in [0, 1], got {progress!r}")
-    progress = None if progress is None else float(progress)
-
+    target_obj, c, progress = _checked(target, support_sigmas, out_of_support, progress)
     out_dtype = _out_dtype(difficulties)
     x = difficulties.detach().to(device=_work_device(difficulties), dtype=torch.float64)
     finite = torch.isfinite(x)
@@ -173,9 +186,7 @@ def importance_weights(
     p = target_obj.density(z, c, progress).to(torch.float64) / normalizer
     # 1 / q_z(z) = Z sqrt(2 pi) exp(z^2 / 2), in log space to postpone overflow.
     w = p * torch.exp(0.5 * z * z + _LOG_SQRT_2PI + math.log(standard_normal_mass(c)))
-    w = torch.where(valid & (w > 0), w, torch.zeros_like(w))
-    w = torch.nan_to_num(w, nan=0.0, posinf=torch.finfo(out_dtype).max).clamp(max=torch.finfo(out_dtype).max)
-    return w.to(device=difficulties.device, dtype=out_dtype)
+    return _finished(w, valid, difficulties.device, out_dtype)
 
 
 def density_ratio_weights(
@@ -225,17 +236,10 @@ def density_ratio_weights(
         >>> torch.allclose(density_ratio_weights(x, log_q, -2.58, 2.58), importance_weights(x, 0.0, 1.0))
         True
     """
-    target_obj = get_target(target)
-    c = _check_support_sigmas(support_sigmas)
-    if out_of_support not in OUT_OF_SUPPORT:
-        raise ValueError(f"out_of_support must be one of {list(OUT_OF_SUPPORT)}, got {out_of_support!r}")
-    if progress is not None and not 0.0 <= float(progress) <= 1.0:
-        raise ValueError(f"progress must be in [0, 1], got {progress!r}")
+    target_obj, c, progress = _checked(target, support_sigmas, out_of_support, progress)
     low, high = float(low), float(high)
     if not (math.isfinite(low) and math.isfinite(high) and low < high):
         raise ValueError(f"the support [low, high] must be finite with low < high, got [{low!r}, {high!r}]")
-    progress = None if progress is None else float(progress)
-
     out_dtype = _out_dtype(difficulties)
     x = difficulties.detach().to(device=_work_device(difficulties), dtype=torch.float64)
     finite = torch.isfinite(x)
@@ -252,9 +256,7 @@ def density_ratio_weights(
     p = target_obj.density(z, c, progress).to(torch.float64)
     log_ratio = math.log(standard_normal_mass(c)) - math.log(normalizer * scale) - log_density(x).to(torch.float64)
     w = p * torch.exp(log_ratio)
-    w = torch.where(valid & (w > 0), w, torch.zeros_like(w))
-    w = torch.nan_to_num(w, nan=0.0, posinf=torch.finfo(out_dtype).max).clamp(max=torch.finfo(out_dtype).max)
-    return w.to(device=difficulties.device, dtype=out_dtype)
+    return _finished(w, valid, difficulties.device, out_dtype)
 
 
 def fraction_outside_support(
