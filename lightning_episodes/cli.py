@@ -128,19 +128,19 @@ class EpisodicCLI(LightningCLI):
 #: subcommands that are not Trainer methods: name -> (module with ``main(argv) -> int``, one-line help)
 TOOLS: dict[str, tuple[str, str]] = {
     "predict": (
-        "lightning_episodes.inference",
+        "lightning_episodes.commands.predict",
         "classify your own images: a checkpoint, a support folder (one sub-folder per class) and query images -> CSV",
     ),
     "difficulty": (
-        "lightning_episodes.analysis.scoring",
+        "lightning_episodes.commands.difficulty",
         "score fixed episodes with a checkpoint: one CSV row per episode (identity, difficulty, accuracy)",
     ),
     "report": (
-        "lightning_episodes.analysis.report",
+        "lightning_episodes.commands.report",
         "results tables in the paper's format from test_results.json files",
     ),
     "compare": (
-        "lightning_episodes.analysis.paired",
+        "lightning_episodes.commands.compare",
         "paired per-episode test-accuracy difference of two sampling schemes, per scenario",
     ),
 }
@@ -153,10 +153,14 @@ def run_tool(argv: list[str]) -> int | None:
     return int(importlib.import_module(TOOLS[argv[0]][0]).main(argv[1:]) or 0)
 
 
-def entry() -> int:
+def entry(argv: list[str] | None = None) -> int:
     """The ``lightning-episodes`` console script: ``fit|validate|test`` or one of :data:`TOOLS`; a user error is one
-    line with exit status 2 (:mod:`lightning_episodes.console`)."""
-    return run(None, main, TOOLS)
+    line with exit status 2 (:mod:`lightning_episodes.console`).
+
+    Args:
+        argv: the arguments after the program name (``None``: ``sys.argv[1:]``).
+    """
+    return run(argv, main, TOOLS)
 
 
 def main(args: list[str] | None = None, exit_on_error: bool = True) -> EpisodicCLI:

@@ -1,6 +1,6 @@
 """Prediction on your own images: a trained checkpoint, a support folder of labelled images and a folder of query
-images give each query's predicted class and class probabilities (``lightning-episodes predict`` and
-:func:`predict`).
+images give each query's predicted class and class probabilities (:func:`predict`; from the command line,
+``lightning-episodes predict``: :mod:`lightning_episodes.commands.predict`).
 
 Folders::
 
@@ -19,7 +19,6 @@ probabilities depend on the other queries, exactly as in the model's evaluation.
 
 from __future__ import annotations
 
-import argparse
 import csv
 import sys
 from collections.abc import Sequence
@@ -187,41 +186,3 @@ def write_csv(predictions: Sequence[Prediction], path: str | Path | None) -> Non
     finally:
         if path is not None:
             handle.close()
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``lightning-episodes predict --ckpt_path CKPT --support DIR --query DIR [--output CSV] [--device DEVICE]``.
-
-    Returns:
-        0 (argument, folder, image and checkpoint errors exit through ``argparse`` with status 2).
-    """
-    from lightning_episodes.analysis.scoring import DEVICE_HELP, resolve_device
-
-    parser = argparse.ArgumentParser(
-        prog="lightning-episodes predict",
-        description="Classify the images of a query folder among the classes of a support folder (one sub-folder "
-        "per class, k images each) with a trained checkpoint of any algorithm; writes query, predicted class and "
-        "one probability column per class as CSV.",
-    )
-    parser.add_argument("--ckpt_path", required=True, help="checkpoint of any algorithm of this library")
-    parser.add_argument("--support", required=True, type=Path, help="folder with one sub-folder of images per class")
-    parser.add_argument("--query", required=True, type=Path, help="folder of images to classify")
-    parser.add_argument("--output", type=Path, help="CSV file to write (default: standard output)")
-    parser.add_argument("--device", default="auto", help=DEVICE_HELP)
-    args = parser.parse_args(sys.argv[2:] if argv is None else list(argv))
-    try:
-        predictions = predict(args.ckpt_path, args.support, args.query, resolve_device(args.device))
-    except (ValueError, FileNotFoundError) as error:
-        parser.error(str(error))
-    if args.output is not None:
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-    write_csv(predictions, args.output)
-    if args.output is not None:
-        print(
-            f"predicted {len(predictions)} queries among {len(predictions[0].probabilities)} classes -> {args.output}"
-        )
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

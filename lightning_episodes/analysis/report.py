@@ -1,6 +1,6 @@
 """The paper's results tables (Tables 1-4) from the ``test_results.json`` files that test runs write.
 
-``lightning-episodes report RUN_DIRS...`` (also ``python -m lightning_episodes.analysis.report``) finds every
+``lightning-episodes report RUN_DIRS...`` (:mod:`lightning_episodes.commands.report`) finds every
 ``test_results.json`` under the given folders and prints a table in the paper's format: rows are algorithm x
 sampling scheme, columns are test dataset x backbone x ways/shots, each cell the mean test accuracy (%) +- its
 95% confidence interval. In each column the best entry is bold, and so is every entry whose interval overlaps
@@ -32,14 +32,12 @@ cell and seed (e.g. a checkpoint tested twice) count once: the newest file is ke
 
 from __future__ import annotations
 
-import argparse
 import csv
 import inspect
 import io
 import json
 import math
 import statistics
-import sys
 import warnings
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -388,39 +386,3 @@ def build_table(results: Iterable[RunResult], bold_within: BoldWithin = "column"
     rows = sorted({row for row, _ in cells}, key=Row.key)
     columns = sorted({column for _, column in cells}, key=Column.key)
     return ResultsTable(rows, columns, cells)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``lightning-episodes report RUN_DIRS... [--markdown PATH] [--csv PATH] [--bold-within column|scenario]``.
-
-    Prints the Markdown table and writes the requested files. Returns 0, or 1 when no result is found.
-    """
-    parser = argparse.ArgumentParser(
-        prog="lightning-episodes report", description="Results tables in the paper's format from test runs."
-    )
-    parser.add_argument("runs", nargs="+", type=Path, help="run folders (searched recursively) or result files")
-    parser.add_argument("--markdown", type=Path, help="also write the Markdown table to this file")
-    parser.add_argument("--csv", type=Path, help="write the table as CSV (one line per cell) to this file")
-    parser.add_argument("--bold-within", choices=("column", "scenario"), default="column")
-    args = parser.parse_args(argv)
-    results = []
-    for path in find_results(args.runs):
-        try:
-            results.append(read_result(path))
-        except (ValueError, OSError, yaml.YAMLError) as error:
-            warnings.warn(f"skipping {path}: {error}", stacklevel=1)
-    if not results:
-        print(f"no {RESULTS_FILE} under {', '.join(map(str, args.runs))}", file=sys.stderr)
-        return 1
-    table = build_table(results, args.bold_within)
-    markdown = table.to_markdown()
-    print(markdown, end="")
-    for path, text in ((args.markdown, markdown), (args.csv, table.to_csv() if args.csv else "")):
-        if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -7,25 +7,17 @@ what the algorithm's ``episode_losses`` defines (the query loss; FEAT's main cro
 evaluation: the model in eval mode with its own ``eval_batch_norm``, under ``no_grad`` (MAML and ANIL
 still adapt on the support set with autograd), without changing any state of the model.
 
-From the command line (``lightning-episodes difficulty``, see :func:`main`)::
-
-    lightning-episodes difficulty --ckpt_path runs/a/checkpoints/last.ckpt --output a.csv
-    lightning-episodes difficulty --ckpt_path runs/b/checkpoints/last.ckpt --output b.csv --episodes 2000
+From the command line: ``lightning-episodes difficulty`` (:mod:`lightning_episodes.commands.difficulty`).
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import json
-import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any, Literal
 
-import numpy as np
 import torch
-import yaml
 from pytorch_lightning.utilities import move_data_to_device
 from torch import Tensor
 
@@ -50,7 +42,7 @@ _STREAMS: dict[str, tuple[str, str]] = {
 __all__ = [
     "Split",
     "evaluation_mode",
-    "main",
+    "checkpoint_datamodule",
     "score_batches",
     "score_episodes",
     "scoring_episodes",
@@ -153,9 +145,7 @@ def score_batches(
     identities, difficulties, accuracies = [], [], []
     for batch in episodes:
         episode = datamodule.assemble(move_data_to_device(batch, device), dtype=dtype)
-        out = module.episode_losses(episode)
-        if isinstance(out, tuple):  # a (losses, accuracies) pair is accepted, as in training
-            out = EpisodeOutput(*out)
+        out: EpisodeOutput = module.episode_losses(episode)
         identities.append(move_data_to_device(episode.identity, "cpu"))
         difficulties.append(out.difficulty.to("cpu", torch.float64))
         accuracies.append(out.accuracies.detach().to("cpu", torch.float64))
@@ -216,57 +206,9 @@ def score_episodes(
     )
 
 
-# -- command line ---------------------------------------------------------------------------------------------
-
-_DESCRIPTION = """\
-Score fixed episodes with a checkpoint and write one CSV row per episode: its identity (classes, support
-and query indices), its difficulty (the query loss) and its accuracy.
-
-The data settings are those the checkpoint was trained with (its saved data module hyper-parameters),
-updated by the `data:` section of each --config file (a fit config works as is) and then by --data.KEY
-options (any EpisodicDataModule argument: --data.seed 1, --data.eval_shots 5, ...), in that order.
-Two checkpoints scored with the same data settings score the same episodes, so their tables join by
-episode id. A JSON file next to the CSV records what was scored and how.
-
-example:
-  lightning-episodes difficulty --ckpt_path runs/a/checkpoints/last.ckpt --output a.csv --episodes 2000
-  lightning-episodes difficulty --ckpt_path b.ckpt --output b.csv --config configs/quickstart.yaml \\
-      --data.test_split validation
-"""
-
-
-def _data_section(path: str) -> dict[str, Any]:
-    """The data module's arguments in a YAML config (``data: {class_path, init_args}`` or ``data: {...}``)."""
-    with open(path, encoding="utf-8") as handle:
-        config = yaml.safe_load(handle) or {}
-    data = config.get("data", {}) if isinstance(config, dict) else {}
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: `data` must be a mapping, got {data!r}")
-    return dict(data.get("init_args", {}) if "class_path" in data or "init_args" in data else data)
-
-
-def _data_options(extra: Sequence[str]) -> dict[str, Any]:
-    """``--data.KEY VALUE`` or ``--data.KEY=VALUE`` pairs, values read as YAML (``5``, ``null``, ``glyphs``)."""
-    options: dict[str, Any] = {}
-    items = list(extra)
-    while items:
-        item = items.pop(0)
-        if not item.startswith("--data."):
-            raise ValueError(f"unrecognised argument {item!r} (data options are --data.KEY VALUE)")
-        key, sep, value = item[len("--data.") :].partition("=")
-        if not sep:
-            if not items:
-                raise ValueError(f"{item} needs a value")
-            value = items.pop(0)
-        options[key.removeprefix("init_args.")] = yaml.safe_load(value)
-    return options
-
-
-def checkpoint_datamodule(
-    ckpt_path: str | Path, configs: Sequence[str] = (), options: dict[str, Any] | None = None
-) -> EpisodicDataModule:
+def checkpoint_datamodule(ckpt_path: str | Path, overrides: Mapping[str, Any] | None = None) -> EpisodicDataModule:
     """The data module a checkpoint was trained with (its saved hyper-parameters), so that its test episodes are
-    the fixed episodes the run's test evaluated; updated by each config's ``data:`` section, then by ``options``.
+    the fixed episodes the run's test evaluated, with ``overrides`` of some of its arguments.
 
     Raises:
         FileNotFoundError: if ``ckpt_path`` does not exist.
@@ -278,98 +220,10 @@ def checkpoint_datamodule(
     saved = read_checkpoint(ckpt_path).get("datamodule_hyper_parameters") or {}
     # LightningCLI saves its bookkeeping (`_class_path`, `_instantiator`) with them: not data module arguments
     arguments = {key: value for key, value in saved.items() if not key.startswith("_")}
-    for config in configs:
-        arguments.update(_data_section(config))
-    arguments.update(options or {})
+    arguments.update(overrides or {})
     if not arguments:
         raise ValueError(f"{ckpt_path} records no data module settings: give them with --config or --data.KEY")
     try:
         return EpisodicDataModule(**arguments)
     except TypeError as error:  # an unknown keyword
         raise ValueError(f"invalid data option: {error}") from None
-
-
-#: Help of the ``--device`` option of the analysis commands.
-DEVICE_HELP = "cpu, cuda, cuda:1, mps or auto (default: cuda if available, else cpu)"
-
-
-def resolve_device(name: str) -> torch.device:
-    """A ``--device`` value as a device: ``auto`` is CUDA when available, else the CPU.
-
-    Raises:
-        ValueError: if ``name`` is not a device name.
-    """
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        return torch.device(name)
-    except RuntimeError:
-        raise ValueError(f"--device {name!r} is not a device (cpu, cuda, cuda:1, mps or auto)") from None
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="lightning-episodes difficulty",
-        description=_DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--ckpt_path", required=True, help="checkpoint of any algorithm of this library")
-    parser.add_argument("--output", required=True, help="CSV file to write (its folder is created)")
-    parser.add_argument("--episodes", type=int, default=10_000, help="episodes to score (default: 10000)")
-    parser.add_argument("--split", choices=get_args(Split), default="test", help="whose fixed episodes (default: test)")
-    parser.add_argument("--batch_size", type=int, default=None, help="episodes per forward pass")
-    parser.add_argument("--config", action="append", default=[], help="YAML with a `data:` section (repeatable)")
-    parser.add_argument("--device", default="auto", help=DEVICE_HELP)
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``lightning-episodes difficulty``: score fixed episodes with a checkpoint and write a CSV.
-
-    Args:
-        argv: the arguments after ``difficulty`` (default: ``sys.argv[2:]``); see ``--help``.
-
-    Returns:
-        0 on success (argument errors exit through ``argparse`` with status 2).
-    """
-    from lightning_episodes.algorithms.loading import load_episodic_module
-
-    parser = _parser()
-    args, extra = parser.parse_known_args(sys.argv[2:] if argv is None else list(argv))
-    try:
-        device = resolve_device(args.device)
-    except ValueError as error:
-        parser.error(str(error))
-    try:
-        options = _data_options(extra)
-        if args.episodes < 1:
-            raise ValueError(f"--episodes must be >= 1, got {args.episodes}")
-        module = load_episodic_module(args.ckpt_path, map_location=device)
-        datamodule = checkpoint_datamodule(args.ckpt_path, args.config, options)
-    except (ValueError, FileNotFoundError) as error:
-        parser.error(str(error))
-    table = score_episodes(module, datamodule, args.episodes, args.split, args.batch_size)
-    output = Path(args.output)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    table.write(output)
-    difficulty = table.difficulty[np.isfinite(table.difficulty)]
-    record = {
-        "checkpoint": str(args.ckpt_path),
-        "algorithm": type(module).__name__,
-        "eval_batch_norm": module.eval_batch_norm,
-        "split": args.split,
-        "episodes": len(table),
-        "difficulty_mean": float(difficulty.mean()) if difficulty.size else None,
-        "difficulty_std": float(difficulty.std()) if difficulty.size else None,
-        "accuracy_mean": float(table.accuracy.mean()),
-        "data": {k: v for k, v in datamodule.hparams.items() if v is None or isinstance(v, int | float | str | bool)},
-    }
-    # scores.csv -> scores.json (scores.json.json if the table itself is called .json)
-    metadata = output.with_suffix(".json") if output.suffix != ".json" else output.with_name(output.name + ".json")
-    metadata.write_text(json.dumps(record, indent=2, sort_keys=True))
-    spread = "no finite difficulty" if not difficulty.size else f"{difficulty.mean():.4f} ± {difficulty.std():.4f}"
-    print(
-        f"scored {len(table)} {args.split} episodes with {record['algorithm']} ({args.ckpt_path}): "
-        f"difficulty {spread}, accuracy {record['accuracy_mean']:.4f} -> {output}"
-    )
-    return 0

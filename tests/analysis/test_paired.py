@@ -23,10 +23,10 @@ from scipy import stats
 from lightning_episodes import ProtoNet
 from lightning_episodes.algorithms.loading import load_episodic_module
 from lightning_episodes.analysis import DifficultyTable, EpisodeRecord, PairedDifference, paired_difference
-from lightning_episodes.analysis.paired import SCORES_FILE
 from lightning_episodes.analysis.report import combine, format_cell, read_result
 from lightning_episodes.analysis.scoring import checkpoint_datamodule, score_episodes
-from lightning_episodes.cli import run_tool
+from lightning_episodes.cli import entry, run_tool
+from lightning_episodes.commands.compare import SCORES_FILE
 from tests.helpers import tiny_datamodule, tiny_trainer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -269,7 +269,7 @@ def test_compare_reuses_the_cache_and_takes_fewer_episodes(
     def fail(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("scored again although the cache holds the episodes")
 
-    monkeypatch.setattr("lightning_episodes.analysis.paired.score_episodes", fail)
+    monkeypatch.setattr("lightning_episodes.commands.compare.score_episodes", fail)
     assert run_tool(["compare", str(scenario), "--episodes", "5"]) == 0
     assert _row(capsys.readouterr().out)[-1] == "5"
 
@@ -323,7 +323,5 @@ def test_compare_names_a_run_without_test_record_or_checkpoint(
 
 
 def test_compare_rejects_a_non_positive_episode_count(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit) as exit_info:
-        run_tool(["compare", str(tmp_path), "--episodes", "0"])
-    assert exit_info.value.code == 2
-    assert "--episodes" in capsys.readouterr().err
+    assert entry(["compare", str(tmp_path), "--episodes", "0"]) == 2
+    assert "lightning-episodes compare: error: --episodes must be >= 1, got 0" in capsys.readouterr().err

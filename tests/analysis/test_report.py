@@ -21,11 +21,11 @@ from lightning_episodes.analysis.report import (
     Row,
     build_table,
     find_results,
-    main,
     read_result,
     sampling_scheme,
 )
 from lightning_episodes.callbacks import DifficultyWeightingCallback
+from lightning_episodes.commands.report import main
 
 MINI_1S = Column("mini-imagenet", "conv4", 5, 1)
 MINI_5S = Column("mini-imagenet", "conv4", 5, 5)
@@ -276,9 +276,9 @@ def test_command_without_results(tmp_path: Path, capsys: pytest.CaptureFixture[s
 
 @pytest.mark.filterwarnings("ignore:.*found in sys.modules:RuntimeWarning")
 def test_runs_as_a_module(runs: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setattr(sys, "argv", ["report", str(runs), "--bold-within", "scenario"])
-    with pytest.raises(SystemExit) as exit_info:
-        runpy.run_module("lightning_episodes.analysis.report", run_name="__main__")
+    monkeypatch.setattr(sys, "argv", ["lightning_episodes", "report", str(runs), "--bold-within", "scenario"])
+    with pytest.raises(SystemExit) as exit_info:  # python -m lightning_episodes report ...
+        runpy.run_module("lightning_episodes", run_name="__main__")
     assert exit_info.value.code == 0
     assert "| MAML | baseline | **47.00 ± 1.00** |" in capsys.readouterr().out
 

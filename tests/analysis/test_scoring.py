@@ -17,8 +17,9 @@ from lightning_episodes import Episode, EpisodeIdentity, EpisodicDataModule, Epi
 from lightning_episodes.algorithms import ANIL, MAML
 from lightning_episodes.algorithms.loading import load_episodic_module
 from lightning_episodes.analysis import DifficultyTable, join_on_episode
-from lightning_episodes.analysis.scoring import main, score_episodes, scoring_identities
-from lightning_episodes.cli import run_tool
+from lightning_episodes.analysis.scoring import score_episodes, scoring_identities
+from lightning_episodes.cli import entry, run_tool
+from lightning_episodes.commands.difficulty import main
 from lightning_episodes.models import set_eval_batch_norm
 from tests.helpers import tiny_datamodule, tiny_trainer
 
@@ -221,7 +222,7 @@ def test_config_files_then_data_options_override_the_saved_settings(checkpoint: 
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--output", "x.csv"], "--ckpt_path"),
+        (["--output", "x.csv"], "required: ckpt_path"),
         (["--ckpt_path", "missing.ckpt", "--output", "x.csv"], "does not exist"),
         (["--ckpt_path", "CKPT", "--output", "x.csv", "--data.nope", "1"], "nope"),
         (["--ckpt_path", "CKPT", "--output", "x.csv", "--episodes", "0"], "--episodes"),
@@ -232,7 +233,8 @@ def test_config_files_then_data_options_override_the_saved_settings(checkpoint: 
 def test_command_errors_name_the_argument(
     argv: list[str], message: str, checkpoint: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    with pytest.raises(SystemExit) as exit_info:
-        main([str(checkpoint) if a == "CKPT" else a for a in argv])
-    assert exit_info.value.code == 2
-    assert message in capsys.readouterr().err
+    assert entry(["difficulty", *(str(checkpoint) if a == "CKPT" else a for a in argv)]) == 2
+    error = capsys.readouterr().err
+    (line,) = [line for line in error.splitlines() if "error:" in line]  # one line, through the console script
+    assert line.startswith("lightning-episodes difficulty: error: ")
+    assert message in line

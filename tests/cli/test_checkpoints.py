@@ -172,13 +172,11 @@ def test_a_broken_checkpoint_file_is_one_message_naming_it(
 def test_difficulty_names_a_broken_checkpoint_file(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str
 ) -> None:
-    from lightning_episodes.analysis.scoring import main as difficulty
+    from lightning_episodes.cli import entry
 
     path, problem = _broken(tmp_path, kind)
-    with pytest.raises(SystemExit) as exit_info:
-        difficulty(["--ckpt_path", str(path), "--output", str(tmp_path / "x.csv")])
-    assert exit_info.value.code == 2
-    message = capsys.readouterr().err.splitlines()[-1]
+    assert entry(["difficulty", "--ckpt_path", str(path), "--output", str(tmp_path / "x.csv")]) == 2
+    (message,) = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
     assert str(path) in message
     assert problem in message
 
@@ -187,7 +185,7 @@ def test_difficulty_names_a_broken_checkpoint_file(
 def test_compare_names_a_broken_checkpoint_file(tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str) -> None:
     import json
 
-    from lightning_episodes.analysis.paired import main as compare
+    from lightning_episodes.commands.compare import main as compare
 
     for arm in ("baseline_online", "uniform_online"):
         folder = tmp_path / "scenario" / "seed0" / arm / "logs" / "version_0"

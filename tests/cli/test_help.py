@@ -51,7 +51,7 @@ def test_version() -> None:
 def test_lightnings_predict_is_not_a_trainer_subcommand() -> None:
     """Lightning's ``predict`` needs a ``predict_step`` that no episodic algorithm has; ours is a tool."""
     assert set(EpisodicCLI.subcommands()) == {"fit", "validate", "test"}
-    assert TOOLS["predict"][0] == "lightning_episodes.inference"
+    assert TOOLS["predict"][0] == "lightning_episodes.commands.predict"
 
 
 @pytest.mark.slow

@@ -1,0 +1,231 @@
+"""``lightning-episodes compare``: the paired per-episode test-accuracy difference of two sampling schemes, per
+scenario, on folders laid out by ``scripts/run_scenario.py``::
+
+    lightning-episodes compare runs/study/glyphs_5w1s__protonet_euclidean_conv4 \\
+        runs/study/glyphs_5w5s__protonet_euclidean_conv4 --baseline baseline_online --treatment uniform_online
+
+Each seed's best checkpoint of both arms is scored on the test episodes (cached as ``test_episodes.csv`` beside its
+``test_results.json``); the statistics are :func:`~lightning_episodes.analysis.paired_difference`'s.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import sys
+import warnings
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from lightning_episodes.analysis.paired import paired_difference
+from lightning_episodes.analysis.report import RESULTS_FILE, RunResult, combine, find_results, format_cell, read_result
+from lightning_episodes.analysis.scoring import checkpoint_datamodule, score_episodes
+from lightning_episodes.analysis.tables import DifficultyTable
+from lightning_episodes.commands._common import (
+    add_device_argument,
+    arguments,
+    check_positive,
+    command_parser,
+    resolve_device,
+)
+
+#: The per-episode test scores cached beside each run's ``test_results.json``.
+SCORES_FILE = "test_episodes.csv"
+
+
+#: The legend printed under the Markdown table.
+LEGEND = (
+    "Test accuracy (%): the mean over seeds ± 95% interval, combined as `lightning-episodes report` does (sd: over "
+    "seeds). Paired difference: treatment − baseline in percentage points, per test episode averaged over each arm's "
+    "seeds; mean ± 95% Student-t interval over the shared test episodes, and the paired t-test's two-sided p-value. "
+    "That interval holds the trained models fixed: it covers the sampling of test episodes, not the variance between "
+    "trainings; the per-seed differences (seed s of one arm against seed s of the other) show that spread."
+)
+
+
+def run_record(run_dir: Path) -> Path:
+    """The ``test_results.json`` of a run folder (the newest, if it was tested more than once), not counting the
+    tests of its ``cross_domain/`` folder.
+
+    Raises:
+        FileNotFoundError: naming the folder if it is missing or holds no test record.
+    """
+    if not run_dir.is_dir():
+        raise FileNotFoundError(f"missing run folder {run_dir}")
+    records = [p for p in find_results([run_dir]) if "cross_domain" not in p.relative_to(run_dir).parts]
+    if not records:
+        raise FileNotFoundError(f"{run_dir} holds no {RESULTS_FILE}: did its fit, with its test, finish?")
+    records.sort(key=lambda p: p.stat().st_mtime)
+    if len(records) > 1:
+        warnings.warn(f"{run_dir} holds {len(records)} test records: using the newest, {records[-1]}", stacklevel=2)
+    return records[-1]
+
+
+def run_checkpoint(record_path: Path) -> Path:
+    """The best checkpoint beside a test record (``checkpoints/best-*.ckpt``): the one the record names, else the
+    newest.
+
+    Raises:
+        FileNotFoundError: if there is none.
+    """
+    found = sorted(record_path.parent.glob("checkpoints/best-*.ckpt"), key=lambda p: p.stat().st_mtime)
+    if not found:
+        raise FileNotFoundError(f"no checkpoints/best-*.ckpt beside {record_path}")
+    tested = Path(str(json.loads(record_path.read_text()).get("ckpt_path") or "")).name
+    return next((path for path in found if path.name == tested), found[-1])
+
+
+def run_scores(
+    record_path: Path, count: int | None = None, device: str | torch.device = "cpu"
+) -> tuple[DifficultyTable, RunResult]:
+    """A run's per-episode test scores (from its cached ``test_episodes.csv``, or scored and cached) and its
+    :class:`~lightning_episodes.analysis.report.RunResult` with the accuracy and interval of those scores.
+
+    Args:
+        record_path: the run's ``test_results.json``.
+        count: test episodes to score (default: as many as the run was tested on).
+        device: where to score.
+
+    Raises:
+        FileNotFoundError: if the run has no best checkpoint.
+        ValueError: if the record names no episode count and ``count`` is not given.
+    """
+    from lightning_episodes.algorithms.loading import load_episodic_module
+
+    record = json.loads(record_path.read_text())
+    count = count or int(record.get("episodes") or 0)
+    if count < 1:
+        raise ValueError(f"{record_path} records no test episodes: pass --episodes")
+    cache = record_path.with_name(SCORES_FILE)
+    table = _cached(cache, count)
+    if table is None:
+        checkpoint = run_checkpoint(record_path)
+        print(f"[compare] scoring {checkpoint} on {count} test episodes -> {cache}", file=sys.stderr, flush=True)
+        module = load_episodic_module(checkpoint, map_location=device)
+        table = score_episodes(module, checkpoint_datamodule(checkpoint), count, "test")
+        table.write(cache)
+    accuracy = table.accuracy
+    # the test metric's interval (EpisodeMeanCI): 1.96 sd / √n with ddof = 0
+    result = replace(read_result(record_path), accuracy=float(accuracy.mean()), episodes=len(table),
+                     ci95=1.96 * float(accuracy.std()) / math.sqrt(len(table)))  # fmt: skip
+    if count == record.get("episodes") and abs(result.accuracy - float(record["accuracy"])) > 1e-6:
+        warnings.warn(
+            f"{cache}: the scored accuracy {result.accuracy:.6f} differs from the tested {record['accuracy']:.6f} "
+            "(another checkpoint, or other data settings than the test run's?)",
+            stacklevel=2,
+        )
+    return table, result
+
+
+def _cached(path: Path, count: int) -> DifficultyTable | None:
+    """The first ``count`` episodes of a cached table, or ``None`` if it does not hold them all."""
+    if not path.is_file():
+        return None
+    records = tuple(r for r in DifficultyTable.read(path) if r.episode_id < count and r.accuracy is not None)
+    return DifficultyTable(records) if len(records) == count else None
+
+
+def _seed_folders(scenario: Path) -> list[Path]:
+    seeds = [p for p in scenario.glob("seed*") if p.is_dir() and re.fullmatch(r"seed\d+", p.name)]
+    if not seeds:
+        raise FileNotFoundError(f"no seed<N> folders in {scenario} (a folder laid out by scripts/run_scenario.py)")
+    return sorted(seeds, key=lambda p: int(p.name[4:]))
+
+
+def compare_scenario(
+    scenario: Path, baseline: str, treatment: str, count: int | None = None, device: str | torch.device = "cpu"
+) -> list[str]:
+    """The entries of one row of :func:`main`'s table: the scenario, both arms and their paired difference.
+
+    Raises:
+        FileNotFoundError: naming a missing seed or run folder, test record or checkpoint.
+        ValueError: if the runs test different scenarios or episodes.
+    """
+    seeds = _seed_folders(scenario)
+    arms: dict[str, tuple[list[DifficultyTable], list[RunResult]]] = {}
+    for arm in (baseline, treatment):
+        scored = [run_scores(run_record(seed / arm), count, device) for seed in seeds]
+        arms[arm] = ([table for table, _ in scored], [result for _, result in scored])
+    results = arms[baseline][1] + arms[treatment][1]
+    for result in results[1:]:
+        if (result.column, result.row.algorithm) != (results[0].column, results[0].row.algorithm):
+            raise ValueError(
+                f"{scenario} mixes scenarios: {results[0].path} tests {results[0].row.algorithm} on "
+                f"{results[0].column.label}, {result.path} {result.row.algorithm} on {result.column.label}"
+            )
+    try:
+        difference = paired_difference(arms[baseline][0], arms[treatment][0])
+    except ValueError as error:  # its tables are numbered in seed order
+        raise ValueError(f"{scenario} ({', '.join(seed.name for seed in seeds)}): {error}") from None
+    per_seed = ", ".join(
+        f"{seed.name} {100 * d:+.2f}" for seed, d in zip(seeds, difference.seed_differences or (), strict=True)
+    )
+    return [
+        results[0].column.label,
+        results[0].row.algorithm,
+        format_cell(combine(arms[baseline][1])),
+        format_cell(combine(arms[treatment][1])),
+        f"{100 * difference.mean:+.2f} ± {100 * difference.ci95:.2f}",
+        "< 0.001" if difference.pvalue < 0.001 else f"{difference.pvalue:.3f}",
+        per_seed,
+        str(difference.episodes),
+    ]
+
+
+def parser() -> Any:
+    """The ``compare`` parser."""
+    parser = command_parser(
+        "compare", "Paired per-episode test-accuracy difference of two sampling schemes, per scenario."
+    )
+    parser.add_argument("scenarios", nargs="+", type=Path, help="scenario folders of scripts/run_scenario.py")
+    parser.add_argument("--baseline", type=str, default="baseline_online", help="run folder of the baseline arm")
+    parser.add_argument("--treatment", type=str, default="uniform_online", help="run folder of the treatment arm")
+    parser.add_argument("--episodes", type=int | None, default=None, help="test episodes (default: each run's own)")
+    parser.add_argument("--markdown", type=Path | None, default=None, help="also write the Markdown table here")
+    add_device_argument(parser)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``lightning-episodes compare SCENARIO_DIR... [--baseline NAME] [--treatment NAME] [--episodes N]
+    [--markdown PATH] [--device DEVICE]``.
+
+    For each scenario folder (``<scenario>/seed<N>/<scheme>_<proposal>/``, as ``scripts/run_scenario.py`` lays it
+    out), scores each seed's best checkpoint of both arms on the test episodes (cached as ``test_episodes.csv``
+    beside its ``test_results.json``) and prints one Markdown row per scenario: each arm's accuracy over seeds and
+    the paired difference (treatment − baseline) with its interval, p-value and per-seed differences.
+
+    Returns:
+        0, or 1 (with the reason on stderr) when a seed folder, run, test record or checkpoint is missing or the
+        runs do not score the same episodes.
+
+    Raises:
+        argparse.ArgumentError: for an unknown option or a value of the wrong type.
+        ValueError: for a non-positive ``--episodes`` or an unknown ``--device``.
+    """
+    args = parser().parse_args(arguments(argv))
+    check_positive("--episodes", args.episodes)
+    device = resolve_device(args.device)
+    lines = [
+        f"| Scenario | Algorithm | {args.baseline} | {args.treatment} | Paired difference (pp) | p | "
+        "Per-seed differences (pp) | Episodes |",
+        "|---|---|---:|---:|---:|---:|---|---:|",
+    ]
+    try:
+        for scenario in args.scenarios:
+            entries = compare_scenario(scenario, args.baseline, args.treatment, args.episodes, device)
+            lines.append("| " + " | ".join(entries) + " |")
+    except (FileNotFoundError, ValueError) as error:
+        print(f"lightning-episodes compare: error: {error}", file=sys.stderr)
+        return 1
+    markdown = "\n".join(lines) + "\n\n" + LEGEND + "\n"
+    print(markdown, end="")
+    if args.markdown is not None:
+        args.markdown.parent.mkdir(parents=True, exist_ok=True)
+        args.markdown.write_text(markdown)
+    return 0

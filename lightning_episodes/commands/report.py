@@ -1,0 +1,55 @@
+"""``lightning-episodes report RUN_DIRS... [--markdown PATH] [--csv PATH] [--bold-within column|scenario]``: the
+paper's results tables from the ``test_results.json`` files of test runs (:mod:`lightning_episodes.analysis.report`
+says how runs become rows, columns and cells)."""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from lightning_episodes.analysis.report import RESULTS_FILE, BoldWithin, build_table, find_results, read_result
+from lightning_episodes.commands._common import arguments, command_parser
+
+
+def parser() -> Any:
+    """The ``report`` parser."""
+    parser = command_parser("report", "Results tables in the paper's format from test runs.")
+    parser.add_argument("runs", nargs="+", type=Path, help="run folders (searched recursively) or result files")
+    parser.add_argument("--markdown", type=Path | None, default=None, help="also write the Markdown table here")
+    parser.add_argument("--csv", type=Path | None, default=None, help="write the table as CSV (a line per cell)")
+    parser.add_argument("--bold-within", type=BoldWithin, default="column", help="bold the best of each")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Print the Markdown table of the runs and write the requested files.
+
+    Returns:
+        0, or 1 when no result is found.
+
+    Raises:
+        argparse.ArgumentError: for an unknown option or a value of the wrong type.
+    """
+    args = parser().parse_args(arguments(argv))
+    results = []
+    for path in find_results(args.runs):
+        try:
+            results.append(read_result(path))
+        except (ValueError, OSError, yaml.YAMLError) as error:
+            warnings.warn(f"skipping {path}: {error}", stacklevel=1)
+    if not results:
+        print(f"no {RESULTS_FILE} under {', '.join(map(str, args.runs))}", file=sys.stderr)
+        return 1
+    table = build_table(results, args.bold_within)
+    markdown = table.to_markdown()
+    print(markdown, end="")
+    for path, text in ((args.markdown, markdown), (args.csv, table.to_csv() if args.csv else "")):
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+    return 0
