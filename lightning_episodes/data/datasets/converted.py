@@ -3,7 +3,7 @@
 A :class:`ConvertedDataset` turns its source files into the uint8 cache of
 :mod:`~lightning_episodes.data.datasets.cache` on first use and reads that cache afterwards. A dataset module
 subclasses it with its registered name, the number of classes of each published split, a description of
-its on-disk layout and :meth:`~ConvertedDataset.read_splits`, and registers the bound :meth:`~ConvertedDataset.load`::
+its on-disk layout and :meth:`~ConvertedDataset.read_splits`, and registers it::
 
     class Flowers(ConvertedDataset):
         name, split_classes, layout = "flowers", {"train": 71, "validation": 15, "test": 16}, "{root}/flowers/..."
@@ -13,7 +13,7 @@ its on-disk layout and :meth:`~ConvertedDataset.read_splits`, and registers the 
             for split in SPLITS:
                 yield SourceSplit(split, class_names, samples, self.split_classes[split])
 
-    load_flowers = register_dataset("flowers")(Flowers().load)
+    load_flowers = Flowers.register()
 
 The arguments, their defaults, the checks of ``image_size`` and ``channels`` and the normalisation (the
 ImageNet statistics unless :meth:`~ConvertedDataset.statistics` says otherwise) are those of every such dataset.
@@ -26,7 +26,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import ClassVar
 
-from lightning_episodes.data.datasets.base import SPLITS, ImageDataset, register_dataset
+from lightning_episodes.data.datasets.base import SPLITS, DatasetLoader, ImageDataset, register_dataset
 from lightning_episodes.data.datasets.cache import (
     CacheSpec,
     SourceSplit,
@@ -36,8 +36,8 @@ from lightning_episodes.data.datasets.cache import (
     require_files,
 )
 
-#: What a dataset module needs from here (it imports them all from this module).
-__all__ = ["SPLITS", "CacheSpec", "ConvertedDataset", "ImageDataset", "SourceSplit", "Statistics", "register_dataset"]
+#: What a dataset module needs (it imports them all from here).
+__all__ = ["SPLITS", "CacheSpec", "ConvertedDataset", "ImageDataset", "SourceSplit", "Statistics"]
 
 
 class ConvertedDataset(ABC):
@@ -57,6 +57,11 @@ class ConvertedDataset(ABC):
     needs_root: ClassVar[bool] = False
     #: Whether ``download=True`` can fetch the source files.
     downloadable: ClassVar[bool] = True
+
+    @classmethod
+    def register(cls) -> DatasetLoader:
+        """Register the :meth:`load` of an instance under :attr:`name`, and return it."""
+        return register_dataset(cls.name)(cls().load)
 
     def load(
         self,

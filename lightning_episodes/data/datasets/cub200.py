@@ -22,13 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from lightning_episodes.data.datasets.converted import (
-    SPLITS,
-    CacheSpec,
-    ConvertedDataset,
-    SourceSplit,
-    register_dataset,
-)
+from lightning_episodes.data.datasets.converted import SPLITS, CacheSpec, ConvertedDataset, SourceSplit
 
 NAME = "cub200"
 #: Classes per split in Meta-Dataset.
@@ -63,4 +57,4 @@ class CUB200(ConvertedDataset):
             yield SourceSplit(split, CLASSES[split], birds, SPLIT_CLASSES[split], order=order)
 
 
-load_cub200 = register_dataset(NAME)(CUB200().load)
+load_cub200 = CUB200.register()

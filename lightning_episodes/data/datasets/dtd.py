@@ -29,13 +29,7 @@ from pathlib import Path
 
 from PIL import Image
 
-from lightning_episodes.data.datasets.converted import (
-    SPLITS,
-    CacheSpec,
-    ConvertedDataset,
-    SourceSplit,
-    register_dataset,
-)
+from lightning_episodes.data.datasets.converted import SPLITS, CacheSpec, ConvertedDataset, SourceSplit
 
 NAME = "dtd"
 #: Classes per split in Meta-Dataset.
@@ -101,4 +95,4 @@ def _download(folder: Path) -> None:
     archive.unlink()
 
 
-load_dtd = register_dataset(NAME)(DescribableTextures().load)
+load_dtd = DescribableTextures.register()

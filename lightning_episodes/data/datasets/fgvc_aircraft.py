@@ -28,13 +28,7 @@ import pickle
 from collections.abc import Iterator
 from pathlib import Path
 
-from lightning_episodes.data.datasets.converted import (
-    SPLITS,
-    CacheSpec,
-    ConvertedDataset,
-    SourceSplit,
-    register_dataset,
-)
+from lightning_episodes.data.datasets.converted import SPLITS, CacheSpec, ConvertedDataset, SourceSplit
 
 NAME = "fgvc-aircraft"
 #: Classes per split in Meta-Dataset.
@@ -83,4 +77,4 @@ def _write_labels(data: Path) -> None:
     os.replace(temporary, data / "labels.pkl")
 
 
-load_fgvc_aircraft = register_dataset(NAME)(FGVCAircraft().load)
+load_fgvc_aircraft = FGVCAircraft.register()

@@ -38,7 +38,6 @@ from lightning_episodes.data.datasets.converted import (
     ImageDataset,
     SourceSplit,
     Statistics,
-    register_dataset,
 )
 
 NAME = "folder"
@@ -200,4 +199,4 @@ def _tree(root: Path) -> dict[str, dict[str, list[Path]]]:
     return {split: class_files(folder) for split, folder in split_folders(root).items()}
 
 
-load_folder = register_dataset(NAME)(ImageFolder().load)
+load_folder = ImageFolder.register()

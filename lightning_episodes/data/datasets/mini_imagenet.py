@@ -22,13 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from lightning_episodes.data.datasets.converted import (
-    SPLITS,
-    CacheSpec,
-    ConvertedDataset,
-    SourceSplit,
-    register_dataset,
-)
+from lightning_episodes.data.datasets.converted import SPLITS, CacheSpec, ConvertedDataset, SourceSplit
 
 NAME = "mini-imagenet"
 #: Classes per split in Ravi & Larochelle (2017).
@@ -57,4 +51,4 @@ class MiniImageNet(ConvertedDataset):
             yield SourceSplit(split, list(dataset.class_idx), dataset, SPLIT_CLASSES[split])
 
 
-load_mini_imagenet = register_dataset(NAME)(MiniImageNet().load)
+load_mini_imagenet = MiniImageNet.register()

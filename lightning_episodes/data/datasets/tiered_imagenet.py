@@ -32,13 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from lightning_episodes.data.datasets.converted import (
-    SPLITS,
-    CacheSpec,
-    ConvertedDataset,
-    SourceSplit,
-    register_dataset,
-)
+from lightning_episodes.data.datasets.converted import SPLITS, CacheSpec, ConvertedDataset, SourceSplit
 
 NAME = "tiered-imagenet"
 #: Classes and high-level categories per split in Ren et al. (2018).
@@ -101,4 +95,4 @@ def _text(name: object) -> str:
     return name.decode() if isinstance(name, bytes) else str(name)
 
 
-load_tiered_imagenet = register_dataset(NAME)(TieredImageNet().load)
+load_tiered_imagenet = TieredImageNet.register()

@@ -22,13 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from lightning_episodes.data.datasets.converted import (
-    SPLITS,
-    CacheSpec,
-    ConvertedDataset,
-    SourceSplit,
-    register_dataset,
-)
+from lightning_episodes.data.datasets.converted import SPLITS, CacheSpec, ConvertedDataset, SourceSplit
 
 NAME = "vgg-flowers"
 #: Classes per split in Meta-Dataset.
@@ -56,4 +50,4 @@ class VGGFlowers(ConvertedDataset):
             yield SourceSplit(split, names, flowers, SPLIT_CLASSES[split])
 
 
-load_vgg_flowers = register_dataset(NAME)(VGGFlowers().load)
+load_vgg_flowers = VGGFlowers.register()
