@@ -31,15 +31,24 @@ class EpisodeOutput:
         losses: ``[B]`` each episode's training loss: the mean query cross-entropy (plus any regulariser);
             the importance weights multiply it.
         accuracies: ``[B]`` each episode's query accuracy.
-        difficulty: ``[B]`` each episode's difficulty Ω (default: ``losses``); FEAT, for instance, uses
-            its main cross-entropy without the regulariser. Stored detached.
+        difficulty: ``[B]`` each episode's difficulty Ω; by default its loss (read when :attr:`difficulty` is, so
+            it follows a later change of ``losses``). FEAT, for instance, gives its main cross-entropy without the
+            regulariser.
     """
 
-    __slots__ = ("accuracies", "difficulty", "losses")
+    __slots__ = ("_difficulty", "accuracies", "losses")
 
     def __init__(self, losses: Tensor, accuracies: Tensor, difficulty: Tensor | None = None) -> None:
-        self.losses, self.accuracies = losses, accuracies
-        self.difficulty: Tensor = (losses if difficulty is None else difficulty).detach()
+        self.losses, self.accuracies, self._difficulty = losses, accuracies, difficulty
+
+    @property
+    def difficulty(self) -> Tensor:
+        """``[B]`` each episode's difficulty, detached: the one given, else the losses."""
+        return (self.losses if self._difficulty is None else self._difficulty).detach()
+
+    @difficulty.setter
+    def difficulty(self, value: Tensor | None) -> None:
+        self._difficulty = value
 
     def __repr__(self) -> str:
         return f"EpisodeOutput(losses={self.losses}, accuracies={self.accuracies}, difficulty={self.difficulty})"

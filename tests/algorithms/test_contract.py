@@ -344,3 +344,11 @@ def test_importance_weights_multiply_each_episodes_whole_loss(row: Row) -> None:
         w = torch.arange(1.0, len(difficulties) + 1, dtype=torch.float64)
         expected = (w * out.losses.detach().double()).sum() / (w.sum() ** 2 / (w**2).sum())
         torch.testing.assert_close(loss.double(), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_the_readme_shows_the_example_algorithm() -> None:
+    """README's "Adding an algorithm" shows ``example_algorithm.py`` (a row of :data:`ROWS`) as it is."""
+    root = Path(__file__).resolve().parents[2]
+    blocks = re.findall(r"```python\n(.*?)```", (root / "README.md").read_text(), flags=re.DOTALL)
+    assert (root / "tests/algorithms/example_algorithm.py").read_text() in blocks
+    assert any(row.cls is NearestNeighbour for row in ROWS)

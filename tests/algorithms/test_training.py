@@ -7,7 +7,7 @@ import pytorch_lightning as pl
 import torch
 from pytorch_lightning.callbacks import Callback
 
-from lightning_episodes import EpisodicModule, ProtoNet
+from lightning_episodes import EpisodeOutput, EpisodicModule, ProtoNet
 from tests.algorithms.builders import random_episodes
 from tests.helpers import tiny_datamodule, tiny_trainer
 
@@ -96,3 +96,15 @@ def test_the_weighting_strategy_must_have_episode_weights() -> None:
 def test_an_algorithm_must_implement_its_logits_or_losses() -> None:
     with pytest.raises(NotImplementedError, match=r"EpisodicModule implements neither query_logits"):
         EpisodicModule(image_size=16).episode_losses(random_episodes(dtype=torch.float32))
+
+
+def test_an_episode_outputs_difficulty_is_its_loss_unless_given() -> None:
+    losses = torch.tensor([1.0, 2.0], requires_grad=True)
+    out = EpisodeOutput(losses, torch.ones(2))
+    assert torch.equal(out.difficulty, losses.detach())
+    assert not out.difficulty.requires_grad
+    out.losses = out.losses + 1.0  # e.g. a test that rigs the losses: the difficulty follows
+    assert out.difficulty.tolist() == [2.0, 3.0]
+    given = EpisodeOutput(losses, torch.ones(2), difficulty=torch.tensor([5.0, 6.0], requires_grad=True))
+    assert given.difficulty.tolist() == [5.0, 6.0]
+    assert not given.difficulty.requires_grad
