@@ -35,20 +35,13 @@ from PIL import features
 
 from lightning_episodes.data.datasets import glyphs_render, rendered
 from lightning_episodes.data.datasets.base import ImageDataset, register_dataset
-from lightning_episodes.data.datasets.rendered import (
-    RenderedDataset,
-    cached_or_rendered,
-    check_arguments,
-    checksum,
-    level_statistics,
-    read_payload,
-    render_processes,
-    write_cache,
-)
+from lightning_episodes.data.datasets.rendered import RenderedDataset, checksum, level_statistics, read_payload
 
-__all__ = [  # the cache helpers shared with glyphs-hard are part of this module's interface
-    "cached_or_rendered", "check_arguments", "checksum", "read_payload", "render_processes", "write_cache",
-]  # fmt: skip
+# the cache helpers glyphs-hard shares, still importable from here
+from lightning_episodes.data.datasets.rendered import cached_or_rendered as cached_or_rendered
+from lightning_episodes.data.datasets.rendered import check_arguments as check_arguments
+from lightning_episodes.data.datasets.rendered import render_processes as render_processes
+from lightning_episodes.data.datasets.rendered import write_cache as write_cache
 
 NAME = "glyphs"
 #: A character is a class when at least this many fonts really draw it.
