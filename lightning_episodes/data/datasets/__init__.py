@@ -1,4 +1,9 @@
-"""Datasets: each module registers a loader that returns an :class:`ImageDataset`."""
+"""Datasets: each module registers a loader that returns an :class:`ImageDataset`.
+
+A dataset read from source files subclasses :class:`~.converted.ConvertedDataset` (the paper's datasets,
+``folder``); one rendered in the library is a :class:`~.rendered.RenderedDataset` (``glyphs``,
+``glyphs-hard``). A new loader gets the shared tests by one row in ``tests/data/test_loader_contract.py``.
+"""
 
 # importing a dataset module registers its loader (learn2learn itself is imported only to build a cache)
 from lightning_episodes.data.datasets import (  # noqa: E402, F401
