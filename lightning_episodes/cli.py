@@ -6,7 +6,9 @@ import importlib
 from pathlib import Path
 from typing import Any
 
-from pytorch_lightning.cli import LightningCLI
+from jsonargparse import Namespace
+from pytorch_lightning.callbacks import ModelCheckpoint
+from pytorch_lightning.cli import LightningArgumentParser, LightningCLI
 from pytorch_lightning.utilities import rank_zero_info
 from typing_extensions import override
 
@@ -21,13 +23,75 @@ from lightning_episodes.callbacks.checkpointing import (
 from lightning_episodes.console import TRAINER_COMMANDS, run
 from lightning_episodes.data.datamodule import EpisodicDataModule
 
+#: The checkpoint callback of every run whose ``trainer.callbacks`` lists no ``ModelCheckpoint``: the best checkpoint
+#: by validation accuracy (``best-<step>-<val acc>.ckpt``) and ``last.ckpt``, the latest state every 100 steps, in
+#: ``<log dir>/checkpoints`` (a folder per run). A config that lists a ``ModelCheckpoint`` of its own (the
+#: quickstart's, with its ``dirpath``) keeps it instead; ``trainer.enable_checkpointing: false`` turns both off.
+DEFAULT_CHECKPOINT: dict[str, Any] = {
+    "class_path": "lightning_episodes.callbacks.ResumableCheckpoint",
+    "init_args": {
+        "monitor": "val/acc",
+        "mode": "max",
+        "filename": "best-{step}-{val/acc:.4f}",
+        "auto_insert_metric_name": False,
+        "save_last": True,
+        "last_every_n_steps": 100,
+    },
+}
+
+
+def _is_checkpoint(callback: Any) -> bool:
+    """Whether a ``trainer.callbacks`` entry (a parsed ``class_path``/``init_args`` or an object) is a
+    ``ModelCheckpoint``."""
+    if isinstance(callback, ModelCheckpoint):
+        return True
+    class_path = callback.get("class_path") if isinstance(callback, Namespace | dict) else None
+    if not isinstance(class_path, str) or "." not in class_path:
+        return False
+    module, _, name = class_path.rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError):
+        return False  # the parser has already checked it: nothing this function could add
+    return isinstance(cls, type) and issubclass(cls, ModelCheckpoint)
+
+
+def add_default_checkpoint(config: Namespace) -> None:
+    """Put :data:`DEFAULT_CHECKPOINT` first in ``config.trainer.callbacks`` if that list has no ``ModelCheckpoint``
+    (and ``trainer.enable_checkpointing`` is not ``false``)."""
+    trainer = config.get("trainer")
+    if not isinstance(trainer, Namespace) or trainer.get("enable_checkpointing") is False:
+        return
+    callbacks = trainer.get("callbacks") or []
+    callbacks = list(callbacks) if isinstance(callbacks, list) else [callbacks]
+    if not any(_is_checkpoint(callback) for callback in callbacks):
+        init_args = Namespace(**DEFAULT_CHECKPOINT["init_args"])
+        trainer["callbacks"] = [Namespace(class_path=DEFAULT_CHECKPOINT["class_path"], init_args=init_args), *callbacks]
+
+
+class EpisodicParser(LightningArgumentParser):
+    """Shows a configuration as it runs (``--print_config``, the run's ``config.yaml``): with the default
+    checkpoint callback that :class:`EpisodicCLI` adds."""
+
+    @override
+    def dump(self, cfg: Namespace, *args: Any, **kwargs: Any) -> str:
+        if isinstance(cfg, Namespace) and isinstance(cfg.get("trainer"), Namespace):
+            cfg = cfg.clone()
+            add_default_checkpoint(cfg)
+        return super().dump(cfg, *args, **kwargs)
+
 
 class EpisodicCLI(LightningCLI):
-    """LightningCLI with the data module's image shape and ways linked into the model.
+    """LightningCLI with the data module's image shape and ways linked into the model, and a checkpoint callback in
+    every run.
 
     ``data.channels``, ``data.image_size`` and ``data.ways`` are the single source of the input shape and
     the number of classes, so a model is always built for the episodes it will see. There is no default
     model: ``--model ProtoNet`` (or a config's ``model.class_path``) picks one with its own defaults.
+
+    A run whose ``trainer.callbacks`` has no ``ModelCheckpoint`` gets :data:`DEFAULT_CHECKPOINT` first in the list
+    (so a sampling config lists its weighting callback alone, which stays the last of the list);
+    ``--print_config`` and the run's saved ``config.yaml`` show it.
     """
 
     @staticmethod
@@ -52,6 +116,16 @@ class EpisodicCLI(LightningCLI):
             default=False,
             help="After `fit`, test the best checkpoint (by the ModelCheckpoint monitor) in the same process.",
         )
+
+    @override
+    def init_parser(self, **kwargs: Any) -> LightningArgumentParser:
+        if self.parser_class is LightningArgumentParser:
+            self.parser_class = EpisodicParser
+        return super().init_parser(**kwargs)
+
+    @override
+    def before_instantiate_classes(self) -> None:
+        add_default_checkpoint(self.config[self.subcommand] if self.subcommand else self.config)
 
     # -- --ckpt_path: `last`, `best` and broken files, resolved before Lightning sees them ------------------------
     @override

@@ -49,8 +49,8 @@ def base(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
 
 def _args(base: tuple[Path, list[str]], scheme: str, *extra: str) -> list[str]:
     config, overrides = base
-    # the sampling file comes last among the configs (it holds the complete callbacks list); callback
-    # arguments after it set the last callback of that list, the weighting callback
+    # the sampling file comes last among the configs (it sets the callbacks list to the weighting callback, after
+    # which the CLI puts its default checkpoint); callback arguments after it set the weighting callback
     return ["--config", str(config), "--config", str(SAMPLING / f"{scheme}.yaml"), *overrides, *extra]
 
 
@@ -70,6 +70,25 @@ def _logged(log_dir: str | None) -> list[dict[str, float]]:
     return [
         {k.removeprefix("weighting/"): float(v) for k, v in r.items() if k.startswith("weighting/") and v} for r in rows
     ]
+
+
+#: The paper's settings (Sec. 3.2-3.3, Appendix): what every sampling config runs with besides its own options.
+PAPER = {"warmup_steps": 100, "decay": 0.9, "update": "episode", "support_sigmas": 2.58, "out_of_support": "zero",
+         "normalization": "ess", "offline_episodes": 1000, "proposal": "normal", "shuffle_weights": False}  # fmt: skip
+#: What each config states besides its target and estimate (the rest is the callback's defaults).
+OWN = {"uniform_online_placebo": {"shuffle_weights": True}, "uniform_online_psis": {"normalization": "psis"}}
+
+
+@pytest.mark.parametrize("path", sorted(SAMPLING.glob("*.yaml")), ids=lambda p: p.stem)
+def test_a_sampling_config_states_only_what_differs_from_the_paper(path: Path) -> None:
+    (callback,) = yaml.safe_load(path.read_text())["trainer"]["callbacks"]
+    init_args = callback["init_args"]
+    target, estimate = path.stem.split("_")[:2]
+    assert (init_args.pop("target"), init_args.pop("estimate")) == (target, estimate)
+    assert init_args == OWN.get(path.stem, {})
+    # the rest is the callback's defaults, which are the paper's settings
+    built = DifficultyWeightingCallback(target=target, estimate=estimate, reference_checkpoint="x.ckpt", **init_args)
+    assert {name: built.options[name] for name in PAPER} == {**PAPER, **OWN.get(path.stem, {})}
 
 
 @pytest.mark.parametrize("scheme", [f"{t}_{p}" for t in TARGETS for p in ("online", "offline")])
@@ -144,3 +163,8 @@ def test_the_placebo_config_trains_with_permuted_uniform_weights(base: tuple[Pat
     # the loss used a permutation of the step's uniform weights: the same multiset
     assert torch.equal(step.weights.sort().values, step.raw_weights.sort().values)
     assert len(_logged(cli.trainer.log_dir)) == STEPS
+    # the run's config.yaml is the configuration as it ran: the CLI's default checkpoint, then the weighting
+    assert cli.trainer.log_dir is not None
+    saved = yaml.safe_load((Path(cli.trainer.log_dir) / "config.yaml").read_text())["trainer"]["callbacks"]
+    assert [c["class_path"].rsplit(".", 1)[-1] for c in saved] == ["ResumableCheckpoint", "DifficultyWeightingCallback"]
+    assert list(Path(cli.trainer.log_dir, "checkpoints").glob("best-*.ckpt"))

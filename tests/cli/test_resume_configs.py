@@ -1,5 +1,6 @@
-"""Every shipped config that sets the callbacks writes last.ckpt as the last state and resumes with one command:
-``fit ... --ckpt_path last`` (the README's resume command), in the same run folder."""
+"""Every shipped config writes last.ckpt as the last state and resumes with one command: ``fit ... --ckpt_path last``
+(the README's resume command), in the same run folder. The checkpoint callback is the quickstart's own, or the CLI's
+default one (:data:`~lightning_episodes.cli.DEFAULT_CHECKPOINT`) in front of a sampling config's weighting callback."""
 
 from __future__ import annotations
 
@@ -10,7 +11,10 @@ import pytest
 import torch
 import yaml
 
-from lightning_episodes.cli import main
+from lightning_episodes.algorithms import EpisodicModule
+from lightning_episodes.callbacks import DifficultyWeightingCallback, NonFiniteGuard, ResumableCheckpoint
+from lightning_episodes.cli import DEFAULT_CHECKPOINT, EpisodicCLI, main
+from lightning_episodes.data import EpisodicDataModule
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 #: the files that set trainer.callbacks: the quickstart, and each sampling scheme composed after it
@@ -30,14 +34,72 @@ def test_the_callback_files_are_the_quickstart_and_the_sampling_schemes() -> Non
     assert set(WITH_CALLBACKS) == {CONFIGS / "quickstart.yaml", *SAMPLING}
 
 
-@pytest.mark.parametrize("path", WITH_CALLBACKS, ids=_name)
-def test_the_checkpoint_callback_writes_last_every_n_steps(path: Path) -> None:
-    callbacks = yaml.safe_load(path.read_text())["trainer"]["callbacks"]
-    checkpoint = callbacks[0]
+@pytest.mark.parametrize(
+    "checkpoint",
+    [yaml.safe_load((CONFIGS / "quickstart.yaml").read_text())["trainer"]["callbacks"][0], DEFAULT_CHECKPOINT],
+    ids=["quickstart", "default"],
+)
+def test_the_checkpoint_callback_writes_last_every_n_steps(checkpoint: dict[str, Any]) -> None:
     assert checkpoint["class_path"] == "lightning_episodes.callbacks.ResumableCheckpoint"
     assert checkpoint["init_args"]["save_last"] is True
     assert checkpoint["init_args"]["last_every_n_steps"] >= 1
     assert checkpoint["init_args"]["monitor"] == "val/acc"
+    assert checkpoint["init_args"]["filename"] == "best-{step}-{val/acc:.4f}"  # what `compare` looks for
+
+
+@pytest.mark.parametrize("path", SAMPLING, ids=_name)
+def test_a_sampling_config_lists_the_weighting_callback_alone(path: Path) -> None:
+    (callback,) = yaml.safe_load(path.read_text())["trainer"]["callbacks"]
+    assert callback["class_path"] == "lightning_episodes.callbacks.DifficultyWeightingCallback"
+
+
+def _callbacks(*args: str) -> list[Any]:
+    """The callbacks a `fit` with ``args`` builds, in the order of its configuration (LightningCLI's own left out;
+    the Trainer itself moves checkpoint callbacks to the end of its list)."""
+    cli = EpisodicCLI(EpisodicModule, EpisodicDataModule, subclass_mode_model=True, subclass_mode_data=True,
+                      auto_configure_optimizers=False, run=False, args=[*args, "--trainer.logger=false"])  # fmt: skip
+    configured = [entry.class_path.rsplit(".", 1)[-1] for entry in cli.config.trainer.callbacks]
+    built = {type(c).__name__: c for c in cli.trainer.callbacks}
+    return [built[name] for name in configured]
+
+
+DATA_MODEL = ["--config", str(CONFIGS / "data/glyphs_5w1s.yaml")]
+DATA_MODEL += ["--config", str(CONFIGS / "models/protonet_euclidean_conv4.yaml")]
+UNIFORM = ["--config", str(CONFIGS / "sampling/uniform_online.yaml")]
+QUICKSTART = ["--config", str(CONFIGS / "quickstart.yaml")]
+
+
+def test_the_default_checkpoint_comes_first_unless_a_checkpoint_is_listed() -> None:
+    # no callbacks at all, and a sampling config: the default checkpoint in <log dir>/checkpoints, weighting last
+    (checkpoint,) = _callbacks(*DATA_MODEL)
+    assert isinstance(checkpoint, ResumableCheckpoint)
+    assert (checkpoint.dirpath, checkpoint.monitor, checkpoint.mode) == (None, "val/acc", "max")
+    assert (checkpoint.last_every_n_steps, checkpoint.filename) == (100, "best-{step}-{val/acc:.4f}")
+    checkpoint, weighting = _callbacks(*DATA_MODEL, *UNIFORM, "--trainer.callbacks.warmup_steps=7")
+    assert isinstance(checkpoint, ResumableCheckpoint)
+    assert isinstance(weighting, DifficultyWeightingCallback)
+    assert weighting.warmup_steps == 7  # `--trainer.callbacks.<argument>` still sets the weighting callback
+    # the quickstart's own checkpoint (with a dirpath) stays; a sampling config after it replaces it by the default
+    (own,) = _callbacks(*QUICKSTART)
+    assert isinstance(own, ResumableCheckpoint)
+    assert str(own.dirpath).endswith("runs/quickstart/checkpoints")
+    checkpoint, _ = _callbacks(*QUICKSTART, *UNIFORM)
+    assert isinstance(checkpoint, ResumableCheckpoint)
+    assert checkpoint.dirpath is None
+    # a list without a checkpoint gets one; with checkpointing turned off, none
+    guard = "--trainer.callbacks+=lightning_episodes.callbacks.NonFiniteGuard"
+    assert [type(c) for c in _callbacks(*DATA_MODEL, guard)] == [ResumableCheckpoint, NonFiniteGuard]
+    (weighting,) = _callbacks(*DATA_MODEL, *UNIFORM, "--trainer.enable_checkpointing=false")
+    assert isinstance(weighting, DifficultyWeightingCallback)
+
+
+def test_print_config_shows_the_default_checkpoint(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["fit", *DATA_MODEL, *UNIFORM, "--print_config"])
+    callbacks = yaml.safe_load(capsys.readouterr().out)["trainer"]["callbacks"]
+    weighting = "lightning_episodes.callbacks.DifficultyWeightingCallback"
+    assert [c["class_path"] for c in callbacks] == [DEFAULT_CHECKPOINT["class_path"], weighting]
+    assert callbacks[0]["init_args"] == DEFAULT_CHECKPOINT["init_args"]
 
 
 def _args(tmp_path: Path, sampling: Path | None, reference: Path | None) -> list[str]:
