@@ -1,8 +1,8 @@
 """What :class:`~lightning_episodes.callbacks.DifficultyWeightingCallback` records and logs about a training step.
 
 :class:`WeightingStep` is the record of one step over the global batch; :func:`step_metrics` turns it into the
-``weighting/*`` values the callback logs where the loggers write; :func:`log_histograms` sends the global batch's
-difficulties and weights to TensorBoard.
+``weighting/*`` values the callback logs where the loggers write (:func:`log_values`, :func:`log_grad_norm`);
+:func:`log_histograms` sends the global batch's difficulties and weights to TensorBoard.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from torch import Tensor
 
 from lightning_episodes.algorithms.base import logger_writes  # the module logs train/* on the same steps
 
-__all__ = ["WeightingStep", "log_histograms", "logger_writes", "step_metrics"]
+__all__ = ["WeightingStep", "log_grad_norm", "log_histograms", "log_values", "logger_writes", "step_metrics"]
 
 
 class WeightingStep(NamedTuple):
@@ -90,3 +90,16 @@ def log_histograms(trainer: pl.Trainer, step: WeightingStep, every: int) -> None
         if isinstance(logger, TensorBoardLogger):  # other loggers have no histograms
             logger.experiment.add_histogram("weighting/difficulties", step.difficulties, step.step)
             logger.experiment.add_histogram("weighting/weights", step.weights, step.step)
+
+
+def log_values(pl_module: pl.LightningModule, values: dict[str, float], batch_size: int) -> None:
+    """``weighting/<key>`` for each value, on this step (identical on every rank already: no sync)."""
+    for key, value in values.items():
+        pl_module.log(f"weighting/{key}", value, on_step=True, on_epoch=False, sync_dist=False, batch_size=batch_size)
+
+
+def log_grad_norm(pl_module: pl.LightningModule) -> None:
+    """``weighting/grad_norm``: the total 2-norm of the gradients (in float64), before the optimizer step."""
+    norms = [p.grad.detach().double().norm() for p in pl_module.parameters() if p.grad is not None]
+    total = torch.stack(norms).norm() if norms else torch.zeros((), dtype=torch.float64)
+    pl_module.log("weighting/grad_norm", total.float(), on_step=True, on_epoch=False, sync_dist=False)

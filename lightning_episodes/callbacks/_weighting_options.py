@@ -1,6 +1,7 @@
-"""Validation of :class:`~lightning_episodes.callbacks.DifficultyWeightingCallback`'s options, at construction.
+"""Validation of :class:`~lightning_episodes.callbacks.DifficultyWeightingCallback`'s options and of the Trainer.
 
-Every error names the option and its allowed range, so a bad YAML value fails before any training.
+:func:`check_options` runs at construction, :func:`check_trainer` at ``setup("fit")``; every error names the
+option and its allowed range, so a bad YAML value fails before any training.
 """
 
 from __future__ import annotations
@@ -8,9 +9,12 @@ from __future__ import annotations
 import math
 from typing import Any, Final
 
+import pytorch_lightning as pl
+
+from lightning_episodes.callbacks.reference import check_reference
 from lightning_episodes.weighting import NORMALIZATIONS, OUT_OF_SUPPORT, PROPOSALS, UPDATES
 
-__all__ = ["ESTIMATES", "check_options"]
+__all__ = ["ESTIMATES", "check_options", "check_trainer"]
 
 #: Accepted values of ``estimate``.
 ESTIMATES: Final[tuple[str, ...]] = ("online", "offline")
@@ -76,3 +80,31 @@ def check_options(options: dict[str, Any]) -> None:
             "model trained with plain sampling on the same ways (on the command line: "
             "--trainer.callbacks.reference_checkpoint=PATH after the sampling config)"
         )
+
+
+def check_trainer(trainer: pl.Trainer, curriculum: bool, reference_checkpoint: str | None) -> None:
+    """Raises, before training, where the Trainer cannot run the callback.
+
+    Args:
+        trainer: the Trainer about to fit.
+        curriculum: whether the target is a curriculum (its progress is ``t / max_steps``).
+        reference_checkpoint: the offline reference (``None`` online), checked against the data's ways.
+
+    Raises:
+        ValueError: for a curriculum without ``trainer.max_steps``, ``accumulate_grad_batches > 1``, or a reference
+            trained on other ways.
+        FileNotFoundError: if ``reference_checkpoint`` does not exist.
+    """
+    if curriculum and not trainer.max_steps > 0:
+        raise ValueError(
+            "DifficultyWeightingCallback(target='curriculum') needs trainer.max_steps > 0 (its progress "
+            f"is t / max_steps), got trainer.max_steps={trainer.max_steps}"
+        )
+    if trainer.accumulate_grad_batches > 1:
+        raise ValueError(
+            "DifficultyWeightingCallback does not support trainer.accumulate_grad_batches="
+            f"{trainer.accumulate_grad_batches}: the ESS must be computed over the whole effective batch; "
+            "raise data.episodes_per_batch instead"
+        )
+    if reference_checkpoint is not None:
+        check_reference(reference_checkpoint, getattr(getattr(trainer, "datamodule", None), "ways", None))

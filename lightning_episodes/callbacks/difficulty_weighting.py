@@ -5,39 +5,34 @@ Difficulty weighting
 Importance weighting over episode difficulty ("Uniform Sampling over Episode Difficulty", Arnold et al.,
 NeurIPS 2021) as a Lightning callback that plugs into :class:`~lightning_episodes.EpisodicModule`. It composes
 a proposal model, a target, a normaliser and diagnostics from :mod:`lightning_episodes.weighting`; the method
-and every option are described in ``docs/method.md``.
+and every option are described in ``docs/method.md``. The step's weights and its host read are in
+``_weighting_step``, the counters and warnings in ``_weighting_book``, the checks in ``_weighting_options``, the
+logged values in ``_weighting_logs``.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Any, Literal
 
-import numpy as np
 import pytorch_lightning as pl
-import torch
 from pytorch_lightning.callbacks import Callback
-from pytorch_lightning.utilities import rank_zero_warn
 from torch import Tensor
 from typing_extensions import override
 
 from lightning_episodes.algorithms.base import EpisodicModule, WeightingStrategy
-from lightning_episodes.callbacks._weighting_logs import WeightingStep, log_histograms, logger_writes, step_metrics
-from lightning_episodes.callbacks._weighting_options import ESTIMATES, check_options
-from lightning_episodes.callbacks.reference import (
-    check_reference,
-    load_reference,
-    module_dtype,
-    reference_difficulties,
-    score_offline,
-)
+from lightning_episodes.callbacks import _weighting_logs as logs
+from lightning_episodes.callbacks import reference as ref
+from lightning_episodes.callbacks._weighting_book import WeightingBook
+from lightning_episodes.callbacks._weighting_logs import WeightingStep, logger_writes
+from lightning_episodes.callbacks._weighting_options import ESTIMATES, check_options, check_trainer
+from lightning_episodes.callbacks._weighting_step import global_weights, read_record
 from lightning_episodes.data.episode import Episode
 from lightning_episodes.weighting import (
     CurriculumTarget,
     EpisodeWeights,
     Target,
     WeightingDiagnostics,
-    better_proposal,
     curriculum_progress,
     get_target,
     make_normalizer,
@@ -45,11 +40,6 @@ from lightning_episodes.weighting import (
 )
 
 __all__ = ["ESTIMATES", "DifficultyWeightingCallback", "WeightingStep"]
-
-# non-finite episodes are always counted (and logged); only the first few steps with some are warned about
-_MAX_WARNINGS: Final[int] = 10
-# a proposal that misfits is said so at the end of the warm-up; it is said again only if it fitted in between
-_MAX_FIT_WARNINGS: Final[int] = 3
 
 
 class DifficultyWeightingCallback(Callback):
@@ -70,14 +60,12 @@ class DifficultyWeightingCallback(Callback):
       by the reference's difficulty of it.
 
     Every rank gathers the step's difficulties once (rank order = global batch order) and computes the global
-    weights identically, so the gradient equals one process's on the same batch. On the steps where the loggers
-    write it logs ``weighting/``: ``mu``, ``sigma`` (the proposal's location and scale), ``low``/``high`` (``S``),
-    ``ess``, ``batch_over_ess``, ``ess_over_batch``, ``sum_w_over_ess``, ``weight_min``/``mean``/``max``,
-    ``outside_support``, ``skipped_steps``, ``nonfinite_episodes``, ``pareto_k`` (of the last ``window`` weights;
-    > 0.7: unreliable), ``skewness`` and ``normality_p`` (Shapiro-Wilk) of recent difficulties (and of their logs
-    for ``lognormal``), ``mu_t`` for the curriculum, ``grad_norm`` with ``log_grad_norm``. At the end of the
-    warm-up (then every ``warmup_steps`` steps, when the verdict changes) it warns once if another proposal fits
-    the recent difficulties better (held-out log-likelihood). :attr:`last_step` holds every step's weights.
+    weights identically, so the gradient equals one process's on the same batch. Where the loggers write it logs
+    ``weighting/*`` (the proposal's ``mu``/``sigma``, ``S``, the ESS and its ratios, the weights' range, the
+    counters, ``pareto_k``, the difficulties' skewness and normality, ``mu_t``, ``grad_norm``: see
+    :func:`~lightning_episodes.callbacks._weighting_logs.step_metrics` and ``docs/method.md``). At the end of the
+    warm-up (then every ``warmup_steps`` steps, when the verdict changes) it warns if another proposal fits the
+    recent difficulties better (held-out log-likelihood). :attr:`last_step` holds every step's weights.
 
     Args:
         target: ``"baseline"``, ``"uniform"``, ``"easy"``, ``"hard"``, ``"curriculum"``, a name registered with
@@ -163,18 +151,18 @@ class DifficultyWeightingCallback(Callback):
         self.normalization, self.estimate, self.proposal = normalization, estimate, proposal
         self.warmup_steps, self.window, self.seed = warmup_steps, window, seed
         self.shuffle_weights, self.log_grad_norm = shuffle_weights, log_grad_norm
-        self.reference_checkpoint = self._options["reference_checkpoint"]
+        self.reference_checkpoint: str | None = self._options["reference_checkpoint"]
         self.offline_episodes, self.histogram_every_n_steps, self.name = offline_episodes, histogram_every_n_steps, name
         self.proposal_model = make_proposal(proposal, float(support_sigmas), float(decay), warmup_steps, update, window)
         self.normalizer = make_normalizer(normalization, window, float(running_decay))
         self.diagnostics = WeightingDiagnostics(window)
-        self.skipped_steps = self.nonfinite_episodes = self.offline_scored = 0
+        #: the checkpointed state (``proposal_model``, ``normalizer``, ``diagnostics`` and the counters)
+        self.book = WeightingBook(self.proposal_model, self.normalizer, self.diagnostics, proposal, warmup_steps)
         self.reference: EpisodicModule | None = None
         #: what the last training step did (see :class:`WeightingStep`)
         self.last_step: WeightingStep | None = None
         self._previous: WeightingStrategy | None = None
         self._pending: WeightingStep | None = None
-        self._warnings, self._fit_warnings, self._verdict = 0, 0, ""
 
     @property
     def options(self) -> dict[str, str | int | float | bool | None]:
@@ -202,6 +190,33 @@ class DifficultyWeightingCallback(Callback):
         """The proposal's current scale (normal: the standard deviation of difficulty, floored)."""
         return self.proposal_model.scale
 
+    @property
+    def skipped_steps(self) -> int:
+        """Steps whose weights summed to 0 (a zero gradient) so far (kept in :attr:`book`, as the next two)."""
+        return self.book.skipped_steps
+
+    @skipped_steps.setter
+    def skipped_steps(self, value: int) -> None:
+        self.book.skipped_steps = value
+
+    @property
+    def nonfinite_episodes(self) -> int:
+        """Episodes whose loss was not finite (weight 0) so far."""
+        return self.book.nonfinite_episodes
+
+    @nonfinite_episodes.setter
+    def nonfinite_episodes(self, value: int) -> None:
+        self.book.nonfinite_episodes = value
+
+    @property
+    def offline_scored(self) -> int:
+        """Offline: how many episodes the reference scored to fix ``q`` (0 before ``on_fit_start``)."""
+        return self.book.offline_scored
+
+    @offline_scored.setter
+    def offline_scored(self, value: int) -> None:
+        self.book.offline_scored = value
+
     # -- set-up -------------------------------------------------------------------------------------------------
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
@@ -210,20 +225,8 @@ class DifficultyWeightingCallback(Callback):
         if isinstance(pl_module.weighting, DifficultyWeightingCallback) and pl_module.weighting is not self:
             raise ValueError("only one DifficultyWeightingCallback can weight a module at a time")
         if stage == "fit":
-            if isinstance(self.target, CurriculumTarget) and not trainer.max_steps > 0:
-                raise ValueError(
-                    "DifficultyWeightingCallback(target='curriculum') needs trainer.max_steps > 0 (its progress "
-                    f"is t / max_steps), got trainer.max_steps={trainer.max_steps}"
-                )
-            if trainer.accumulate_grad_batches > 1:
-                raise ValueError(
-                    "DifficultyWeightingCallback does not support trainer.accumulate_grad_batches="
-                    f"{trainer.accumulate_grad_batches}: the ESS must be computed over the whole effective batch; "
-                    "raise data.episodes_per_batch instead"
-                )
-            if self.estimate == "offline":
-                assert self.reference_checkpoint is not None  # checked in __init__
-                check_reference(self.reference_checkpoint, getattr(getattr(trainer, "datamodule", None), "ways", None))
+            offline = self.reference_checkpoint if self.estimate == "offline" else None
+            check_trainer(trainer, isinstance(self.target, CurriculumTarget), offline)
         if pl_module.weighting is not self:
             self._previous = pl_module.weighting
         pl_module.weighting = self
@@ -239,22 +242,12 @@ class DifficultyWeightingCallback(Callback):
         if self.estimate != "offline":
             return
         assert self.reference_checkpoint is not None
-        self.reference = load_reference(self.reference_checkpoint, pl_module.device, module_dtype(pl_module))
-        if self.offline_scored > 0:
-            return  # restored from the checkpoint: the same estimates, without scoring again
-        datamodule = getattr(trainer, "datamodule", None)
-        if datamodule is None or not hasattr(datamodule, "samplers"):
-            raise ValueError("DifficultyWeightingCallback(estimate='offline') needs an EpisodicDataModule")
-        # the precision context of a training step (e.g. autocast): the reference scores as it will during training
-        with trainer.precision_plugin.train_step_context():
-            values = score_offline(
-                self.reference, datamodule, self.offline_episodes, pl_module.device, trainer.global_rank,
-                trainer.world_size, trainer.strategy.all_gather,  # every rank calls it
-            )  # fmt: skip
-        self.proposal_model.fit(values)
-        self.offline_scored = values.numel()
-        self.diagnostics.observe(values, None)
-        self._check_fit()
+        self.reference = ref.load_reference(self.reference_checkpoint, pl_module.device, ref.module_dtype(pl_module))
+        if self.offline_scored == 0:  # else restored from the checkpoint: the same estimates, without scoring again
+            values = ref.fit_offline(trainer, pl_module, self.reference, self.proposal_model, self.offline_episodes)
+            self.offline_scored = values.numel()
+            self.diagnostics.observe(values, None)
+            self.book.check_fit()
 
     # -- the weighting strategy (called from EpisodicModule.training_step) ---------------------------------------
     def episode_weights(self, module: EpisodicModule, batch: Episode, difficulties: Tensor) -> EpisodeWeights:
@@ -278,24 +271,16 @@ class DifficultyWeightingCallback(Callback):
         if self.estimate == "offline":
             if self.reference is None or not self.ready:
                 raise RuntimeError("the offline reference is not loaded: on_fit_start has not run")
-            difficulties = reference_difficulties(self.reference, batch).to(difficulties.device)
+            difficulties = ref.reference_difficulties(self.reference, batch).to(difficulties.device)
         local = difficulties.detach()
         # (W, B_local) under DDP, unchanged in one process; rank order is global batch order
         everything = trainer.strategy.all_gather(local).reshape(-1)
-        q, warmup = self.proposal_model, not self.ready
-        raw = (
-            torch.ones_like(everything) if warmup else q.weights(everything, self.target, self.out_of_support, progress)
+        q, seed = self.proposal_model, self.seed if self.shuffle_weights else None
+        raw, result = global_weights(
+            everything, q, self.target, self.normalizer, self.out_of_support, progress, seed, global_step
         )
-        shuffled = raw
-        if self.shuffle_weights and not warmup:
-            # SeedSequence mixes both into the 32 bits torch's CPU generator keeps (it drops a seed's upper bits)
-            state = np.random.SeedSequence([self.seed, global_step]).generate_state(1)[0]
-            generator = torch.Generator().manual_seed(int(state))
-            # non_blocking: the permutation, drawn on the CPU, reaches the device without a synchronisation
-            shuffled = raw[torch.randperm(raw.numel(), generator=generator).to(raw.device, non_blocking=True)]
-        result = self.normalizer.normalize(shuffled)
         self._pending = WeightingStep(
-            global_step, progress, q.location, q.scale, everything, result.weights, warmup, raw, q.support()
+            global_step, progress, q.location, q.scale, everything, result.weights, not q.ready, raw, q.support()
         )
         start = trainer.global_rank * local.numel()
         return result._replace(weights=result.weights[start : start + local.numel()].detach())
@@ -309,108 +294,30 @@ class DifficultyWeightingCallback(Callback):
         if pending is None or not isinstance(outputs, dict) or "weighted" not in outputs:
             return  # the module did not ask for weights at this step
         weighted = outputs["weighted"]
-        assert pending.raw_weights is not None
-        dtype = torch.float32 if pending.difficulties.device.type == "mps" else torch.float64
-        size = pending.difficulties.numel()
-        parts = (pending.difficulties, pending.weights, pending.raw_weights, weighted.skipped, weighted.nonfinite)
-        # the step's one read from the device: the record and the loss's counters in one transfer
-        host = torch.cat([p.reshape(-1).to(dtype) for p in parts]).to("cpu", torch.float64)
-        difficulties, weights, raw = host[:size], host[size : 2 * size], host[2 * size : 3 * size]
-        skipped, nonfinite = (int(v) for v in host[3 * size :].tolist())
-        step = self.last_step = pending._replace(difficulties=difficulties, weights=weights, raw_weights=raw)
-
-        self.skipped_steps += skipped
-        self.nonfinite_episodes += nonfinite
-        if nonfinite and self._warnings < _MAX_WARNINGS:
-            self._warnings += 1
-            last = self._warnings == _MAX_WARNINGS
-            rank_zero_warn(
-                f"step {step.step}: {nonfinite} episode(s) with a non-finite loss got weight 0"
-                + ("; further ones are only counted in weighting/nonfinite_episodes" if last else "")
-            )
-        self.normalizer.update(raw, warmup=step.warmup)
-        self.diagnostics.observe(difficulties, None if step.warmup else raw)
+        step, skipped, nonfinite = read_record(pending, weighted)  # the step's one read from the device
+        self.last_step = step
+        self.book.count(step.step, skipped, nonfinite)
+        self.book.observe(step)
         if logger_writes(trainer):  # self.log costs ~1-3 ms a value: only where a logger will write it
-            self._log(pl_module, step, weighted)
-        log_histograms(trainer, step, self.histogram_every_n_steps)
+            estimated = not (step.warmup and self.proposal_model.steps < 1)
+            values = logs.step_metrics(step, weighted, isinstance(self.target, CurriculumTarget), estimated)
+            values.update(skipped_steps=float(self.skipped_steps), nonfinite_episodes=float(self.nonfinite_episodes))
+            values.update(self.diagnostics.summary(log_difficulty=self.proposal == "lognormal"))
+            logs.log_values(pl_module, values, len(step.weights))
+        logs.log_histograms(trainer, step, self.histogram_every_n_steps)
         if self.estimate == "online":
-            self.proposal_model.update(difficulties)
-            after_warmup = self.proposal_model.steps - self.warmup_steps
-            if self.ready and after_warmup >= 0 and after_warmup % self.warmup_steps == 0:
-                self._check_fit()
-
-    def _check_fit(self) -> None:
-        """Warns when the proposal starts to misfit the recent difficulties (another fits better), naming the best;
-        again only after it fitted in between, and at most :data:`_MAX_FIT_WARNINGS` times a run."""
-        better, scores = better_proposal(self.diagnostics.difficulties, self.proposal)
-        verdict = "misfit" if better is not None else "fit"
-        if verdict == self._verdict or better is None and not self._verdict:
-            return
-        self._verdict = verdict
-        if better is not None and self._fit_warnings < _MAX_FIT_WARNINGS:
-            self._fit_warnings += 1
-            listed = ", ".join(f"{name} {score:.3f}" for name, score in scores.items())
-            rank_zero_warn(
-                f"DifficultyWeightingCallback: proposal={self.proposal!r} misfits the difficulty distribution "
-                f"(held-out log-likelihood per episode of the last {self.diagnostics.difficulties.numel()} "
-                f"difficulties: {listed}); proposal={better!r} fits better (--trainer.callbacks.proposal={better})"
-            )
+            self.book.learn(step)
 
     @override
     def on_before_optimizer_step(self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: Any) -> None:
-        if not (self.log_grad_norm and logger_writes(trainer)):
-            return
-        norms = [p.grad.detach().double().norm() for p in pl_module.parameters() if p.grad is not None]
-        total = torch.stack(norms).norm() if norms else torch.zeros((), dtype=torch.float64)
-        pl_module.log("weighting/grad_norm", total.float(), on_step=True, on_epoch=False, sync_dist=False)
-
-    def _log(self, pl_module: pl.LightningModule, step: WeightingStep, weighted: Any) -> None:
-        estimated = not (step.warmup and self.proposal_model.steps < 1)
-        values = step_metrics(step, weighted, isinstance(self.target, CurriculumTarget), estimated)
-        values["skipped_steps"], values["nonfinite_episodes"] = (
-            float(self.skipped_steps),
-            float(self.nonfinite_episodes),
-        )
-        values.update(self.diagnostics.summary(log_difficulty=self.proposal == "lognormal"))
-        for key, value in values.items():
-            # identical on every rank already (computed from gathered or all-reduced values): no sync
-            pl_module.log(
-                f"weighting/{key}", value, on_step=True, on_epoch=False, sync_dist=False, batch_size=len(step.weights)
-            )
+        if self.log_grad_norm and logger_writes(trainer):
+            logs.log_grad_norm(pl_module)
 
     # -- checkpointed state ---------------------------------------------------------------------------------------
     @override
     def state_dict(self) -> dict[str, Any]:
-        state: dict[str, Any] = {
-            "estimator": self.proposal_model.state_dict(),
-            "normalizer": self.normalizer.state_dict(),
-            "diagnostics": self.diagnostics.state_dict(),
-            "skipped_steps": int(self.skipped_steps),
-            "nonfinite_episodes": int(self.nonfinite_episodes),
-            "verdict": self._verdict,
-            "fit_warnings": int(self._fit_warnings),
-        }
-        if self.offline_scored:
-            state["offline"] = {"episodes": int(self.offline_scored), "reference": str(self.reference_checkpoint)}
-        return state
+        return self.book.state_dict(self.reference_checkpoint)
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.normalizer.load_state_dict(state_dict.get("normalizer", {}))
-        self.diagnostics.load_state_dict(state_dict.get("diagnostics", {}))
-        self.skipped_steps = int(state_dict.get("skipped_steps", 0))
-        self.nonfinite_episodes = int(state_dict.get("nonfinite_episodes", 0))
-        self._verdict = str(state_dict.get("verdict", ""))
-        self._fit_warnings = int(state_dict.get("fit_warnings", 0))
-        offline = state_dict.get("offline")
-        if self.estimate == "online":
-            self.proposal_model.load_state_dict(state_dict.get("estimator", {}))
-        elif isinstance(offline, dict) and offline.get("episodes", 0) > 0:
-            if offline.get("reference", self.reference_checkpoint) != self.reference_checkpoint:
-                rank_zero_warn(
-                    "reference_checkpoint differs from the checkpointed run's: its estimates are scored again"
-                )
-                return
-            self.proposal_model.load_state_dict(state_dict.get("estimator", {}))
-            # a checkpoint of an older version kept the offline estimates elsewhere: score again (same episodes)
-            self.offline_scored = int(offline["episodes"]) if self.proposal_model.ready else 0
+        self.book.load_state_dict(state_dict, self.estimate == "online", self.reference_checkpoint)

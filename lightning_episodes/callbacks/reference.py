@@ -16,7 +16,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+import pytorch_lightning as pl
 import torch
 from pytorch_lightning.utilities import move_data_to_device, rank_zero_warn
 from torch import Tensor
@@ -27,8 +29,17 @@ from lightning_episodes.data.datamodule import EpisodicDataModule
 from lightning_episodes.data.episode import Episode
 from lightning_episodes.data.streams import EvaluationEpisodes
 from lightning_episodes.models import set_eval_batch_norm
+from lightning_episodes.weighting import Proposal
 
-__all__ = ["check_reference", "load_reference", "module_dtype", "reference_difficulties", "score_offline"]
+__all__ = [
+    "check_reference",
+    "fit_offline",
+    "load_reference",
+    "module_dtype",
+    "reference_difficulties",
+    "restore_offline",
+    "score_offline",
+]
 
 
 def module_dtype(module: torch.nn.Module) -> torch.dtype:
@@ -175,3 +186,47 @@ def score_offline(
             f"the reference model gave fewer than 2 finite difficulties on offline_episodes={count} episodes"
         )
     return finite
+
+
+def fit_offline(
+    trainer: pl.Trainer, module: pl.LightningModule, reference: EpisodicModule, proposal: Proposal, episodes: int
+) -> Tensor:
+    """Fixes ``proposal`` from the reference's difficulties of ``episodes`` training episodes (on every rank).
+
+    The reference scores in the precision context of a training step (e.g. autocast), as it will during training;
+    under DDP each rank scores a share and :func:`score_offline` gathers them.
+
+    Returns:
+        The difficulties ``proposal`` was fitted to.
+
+    Raises:
+        ValueError: if the trainer's data module is not an :class:`~lightning_episodes.EpisodicDataModule`.
+    """
+    datamodule = getattr(trainer, "datamodule", None)
+    if datamodule is None or not hasattr(datamodule, "samplers"):
+        raise ValueError("DifficultyWeightingCallback(estimate='offline') needs an EpisodicDataModule")
+    with trainer.precision_plugin.train_step_context():
+        values = score_offline(
+            reference, datamodule, episodes, module.device, trainer.global_rank, trainer.world_size,
+            trainer.strategy.all_gather,  # every rank calls it
+        )  # fmt: skip
+    proposal.fit(values)
+    return values
+
+
+def restore_offline(proposal: Proposal, state: dict[str, Any], reference_checkpoint: str | None) -> int | None:
+    """Restores an offline ``proposal`` from a weighting callback's checkpointed ``state``.
+
+    Returns:
+        The number of episodes the restored estimate was scored from (0: a checkpoint of an older version kept the
+        estimates elsewhere: score again); ``None`` when nothing was restored: the checkpoint has no offline
+        estimate, or one of another ``reference_checkpoint`` (with a warning).
+    """
+    offline = state.get("offline")
+    if not (isinstance(offline, dict) and offline.get("episodes", 0) > 0):
+        return None
+    if offline.get("reference", reference_checkpoint) != reference_checkpoint:
+        rank_zero_warn("reference_checkpoint differs from the checkpointed run's: its estimates are scored again")
+        return None
+    proposal.load_state_dict(state.get("estimator", {}))
+    return int(offline["episodes"]) if proposal.ready else 0

@@ -13,7 +13,7 @@ from pytorch_lightning.callbacks import Callback, ModelCheckpoint
 from lightning_episodes import ProtoNet
 from lightning_episodes.algorithms import MAML, EpisodicModule
 from lightning_episodes.callbacks import DifficultyWeightingCallback
-from lightning_episodes.callbacks import difficulty_weighting as module_under_test
+from lightning_episodes.callbacks import reference as module_under_test
 from lightning_episodes.models import set_eval_batch_norm
 from lightning_episodes.weighting import SIGMA_FLOOR, difficulty_statistics, importance_weights
 from tests.helpers import tiny_datamodule, tiny_trainer
