@@ -1,4 +1,5 @@
-"""Episodic algorithms: subclass :class:`EpisodicModule` and implement ``episode_losses``."""
+"""Episodic algorithms: subclass :class:`EpisodicModule` and implement ``query_logits`` (or ``episode_losses``); the
+maths they share is in :mod:`lightning_episodes.algorithms.functional`."""
 
 from lightning_episodes.algorithms.anil import ANIL
 from lightning_episodes.algorithms.base import EpisodeOutput, EpisodicModule, WeightingStrategy

@@ -1,4 +1,4 @@
-"""EpisodicModule: the base LightningModule of every algorithm, and what it exchanges with them.
+"""EpisodicModule: the base LightningModule of every algorithm (what it exchanges with them: ``interface.py``).
 
 It builds the backbone and the optimiser, turns per-episode losses into the (importance-weighted) training loss,
 and evaluates (mean accuracy ± 95% CI over episodes). An algorithm implements ``query_logits`` (or
@@ -7,8 +7,7 @@ and evaluates (mean accuracy ± 95% CI over episodes). An algorithm implements `
 
 from __future__ import annotations
 
-from collections.abc import Collection
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import Any, ClassVar
 
 import pytorch_lightning as pl
 import torch
@@ -18,66 +17,21 @@ from torch import Tensor, nn
 from typing_extensions import override
 
 from lightning_episodes.algorithms.functional import query_loss
+from lightning_episodes.algorithms.interface import EpisodeOutput, WeightingStrategy, check_choice, check_min
 from lightning_episodes.algorithms.metrics import EpisodeMeanCI
 from lightning_episodes.data.episode import Episode
 from lightning_episodes.models import EpisodicBackbone, EvalBatchNorm, build_backbone, feature_size, set_eval_batch_norm
 from lightning_episodes.weighting import EpisodeWeights, WeightedLoss, weighted_loss
 
-
-class EpisodeOutput:
-    """What ``episode_losses`` returns for a batch of ``B`` episodes.
-
-    Args:
-        losses: ``[B]`` each episode's training loss: the mean query cross-entropy (plus any regulariser);
-            the importance weights multiply it.
-        accuracies: ``[B]`` each episode's query accuracy.
-        difficulty: ``[B]`` each episode's difficulty Ω; by default its loss (read when :attr:`difficulty` is, so
-            it follows a later change of ``losses``). FEAT, for instance, gives its main cross-entropy without the
-            regulariser.
-    """
-
-    __slots__ = ("_difficulty", "accuracies", "losses")
-
-    def __init__(self, losses: Tensor, accuracies: Tensor, difficulty: Tensor | None = None) -> None:
-        self.losses, self.accuracies, self._difficulty = losses, accuracies, difficulty
-
-    @property
-    def difficulty(self) -> Tensor:
-        """``[B]`` each episode's difficulty, detached: the one given, else the losses."""
-        return (self.losses if self._difficulty is None else self._difficulty).detach()
-
-    @difficulty.setter
-    def difficulty(self, value: Tensor | None) -> None:
-        self._difficulty = value
-
-    def __repr__(self) -> str:
-        return f"EpisodeOutput(losses={self.losses}, accuracies={self.accuracies}, difficulty={self.difficulty})"
-
-
-@runtime_checkable
-class WeightingStrategy(Protocol):
-    """The seam through which importance weights reach the loss: assign one to
-    :attr:`EpisodicModule.weighting` (``DifficultyWeightingCallback`` installs itself there); without one, every
-    weight is 1 and the loss is the plain mean."""
-
-    def episode_weights(self, module: EpisodicModule, batch: Episode, difficulties: Tensor) -> EpisodeWeights:
-        """This rank's ``[B]`` detached, finite, non-negative weights of the step and how the loss normalises
-        them (:class:`~lightning_episodes.weighting.EpisodeWeights`: ``"ess"``, ``"self"`` or a ``"fixed"``
-        global denominator), passed on to :func:`~lightning_episodes.weighting.weighted_loss`."""
-        ...
-
-
-def check_min(name: str, value: float, minimum: float, inclusive: bool = True) -> None:
-    """Raise ``ValueError("model.<name> must be >= minimum, got value")`` (``>`` unless ``inclusive``)."""
-    if value < minimum or (not inclusive and value == minimum):
-        raise ValueError(f"model.{name} must be {'>=' if inclusive else '>'} {minimum}, got {value}")
-
-
-def check_choice(name: str, value: object, choices: Collection[str]) -> None:
-    """Raise ``ValueError("model.<name> must be 'a' or 'b', got value")`` unless ``value`` is one of ``choices``."""
-    if value not in choices:
-        allowed = " or ".join(f"{choice!r}" for choice in choices)
-        raise ValueError(f"model.{name} must be {allowed}, got {value!r}")
+__all__ = [
+    "EpisodeOutput",
+    "EpisodicModule",
+    "WeightingStrategy",
+    "check_choice",
+    "check_min",
+    "default_optimizer",
+    "logger_writes",
+]
 
 
 def logger_writes(trainer: pl.Trainer) -> bool:
@@ -175,6 +129,7 @@ class EpisodicModule(pl.LightningModule):
         self._nonfinite_outputs: Tensor | None = None
         #: the backbone's options: the algorithm's :attr:`backbone_defaults` under the user's ``backbone_options``
         self.backbone_options = self.backbone_defaults | (backbone_options or {})
+        self._image_shape = (in_channels, image_size)
         try:
             self.backbone = build_backbone(backbone, in_channels, image_size, **self.backbone_options)
         except ValueError as error:
@@ -182,7 +137,7 @@ class EpisodicModule(pl.LightningModule):
 
     def feature_size(self) -> int:
         """The backbone's feature dimension ``D`` for the configured images (a dry run; changes nothing)."""
-        return feature_size(self.backbone, self.hparams["in_channels"], self.hparams["image_size"])
+        return feature_size(self.backbone, *self._image_shape)
 
     @property
     def weighting(self) -> WeightingStrategy | None:

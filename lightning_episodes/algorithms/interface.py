@@ -1,0 +1,71 @@
+"""What an algorithm exchanges with :class:`~lightning_episodes.algorithms.base.EpisodicModule` and the callbacks:
+the per-episode output, the weighting seam, and the argument checks that name ``model.<argument>``."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+from torch import Tensor
+
+from lightning_episodes.data.episode import Episode
+from lightning_episodes.weighting import EpisodeWeights
+
+if TYPE_CHECKING:
+    from lightning_episodes.algorithms.base import EpisodicModule
+
+
+class EpisodeOutput:
+    """What ``episode_losses`` returns for a batch of ``B`` episodes.
+
+    Args:
+        losses: ``[B]`` each episode's training loss: the mean query cross-entropy (plus any regulariser);
+            the importance weights multiply it.
+        accuracies: ``[B]`` each episode's query accuracy.
+        difficulty: ``[B]`` each episode's difficulty Ω; by default its loss (read when :attr:`difficulty` is, so
+            it follows a later change of ``losses``). FEAT, for instance, gives its main cross-entropy without the
+            regulariser.
+    """
+
+    __slots__ = ("_difficulty", "accuracies", "losses")
+
+    def __init__(self, losses: Tensor, accuracies: Tensor, difficulty: Tensor | None = None) -> None:
+        self.losses, self.accuracies, self._difficulty = losses, accuracies, difficulty
+
+    @property
+    def difficulty(self) -> Tensor:
+        """``[B]`` each episode's difficulty, detached: the one given, else the losses."""
+        return (self.losses if self._difficulty is None else self._difficulty).detach()
+
+    @difficulty.setter
+    def difficulty(self, value: Tensor | None) -> None:
+        self._difficulty = value
+
+    def __repr__(self) -> str:
+        return f"EpisodeOutput(losses={self.losses}, accuracies={self.accuracies}, difficulty={self.difficulty})"
+
+
+@runtime_checkable
+class WeightingStrategy(Protocol):
+    """The seam through which importance weights reach the loss: assign one to
+    :attr:`EpisodicModule.weighting` (``DifficultyWeightingCallback`` installs itself there); without one, every
+    weight is 1 and the loss is the plain mean."""
+
+    def episode_weights(self, module: EpisodicModule, batch: Episode, difficulties: Tensor) -> EpisodeWeights:
+        """This rank's ``[B]`` detached, finite, non-negative weights of the step and how the loss normalises
+        them (:class:`~lightning_episodes.weighting.EpisodeWeights`: ``"ess"``, ``"self"`` or a ``"fixed"``
+        global denominator), passed on to :func:`~lightning_episodes.weighting.weighted_loss`."""
+        ...
+
+
+def check_min(name: str, value: float, minimum: float, inclusive: bool = True) -> None:
+    """Raise ``ValueError("model.<name> must be >= minimum, got value")`` (``>`` unless ``inclusive``)."""
+    if value < minimum or (not inclusive and value == minimum):
+        raise ValueError(f"model.{name} must be {'>=' if inclusive else '>'} {minimum}, got {value}")
+
+
+def check_choice(name: str, value: object, choices: Collection[str]) -> None:
+    """Raise ``ValueError("model.<name> must be 'a' or 'b', got value")`` unless ``value`` is one of ``choices``."""
+    if value not in choices:
+        allowed = " or ".join(f"{choice!r}" for choice in choices)
+        raise ValueError(f"model.{name} must be {allowed}, got {value!r}")
