@@ -237,17 +237,21 @@ def entry(argv: list[str] | None = None) -> int:
     return run(argv, main, TOOLS)
 
 
-def main(args: list[str] | None = None, exit_on_error: bool = True) -> EpisodicCLI:
+def main(args: list[str] | None = None, exit_on_error: bool = True, run: bool = True) -> EpisodicCLI:
     """The LightningCLI (``fit``, ``validate``, ``test``), in process when ``args`` is given.
 
     Args:
         args: the command line after the program name (``None``: ``sys.argv[1:]``).
         exit_on_error: let the parser print its usage and exit on a bad argument (False: raise
             ``argparse.ArgumentError``, which the console script reports in one line).
+        run: run the subcommand that ``args`` starts with; ``False``: ``args`` has no subcommand, and the model,
+            data module and Trainer are only built (``cli.model``, ``cli.datamodule``, ``cli.trainer``).
     """
     parser_kwargs: dict[str, Any] | None = None
     if not exit_on_error:
-        parser_kwargs = {"exit_on_error": False, **{name: {"exit_on_error": False} for name in TRAINER_COMMANDS}}
+        parser_kwargs = {"exit_on_error": False}
+        if run:
+            parser_kwargs.update({name: {"exit_on_error": False} for name in TRAINER_COMMANDS})
     return EpisodicCLI(
         EpisodicModule,
         EpisodicDataModule,
@@ -257,4 +261,5 @@ def main(args: list[str] | None = None, exit_on_error: bool = True) -> EpisodicC
         save_config_kwargs={"overwrite": True},
         parser_kwargs=parser_kwargs,
         args=args,
+        run=run,
     )

@@ -10,10 +10,8 @@ import torch
 import yaml
 from pytorch_lightning.callbacks import ModelCheckpoint
 
-from lightning_episodes.algorithms import EpisodicModule
 from lightning_episodes.callbacks import DifficultyWeightingCallback
-from lightning_episodes.cli import EpisodicCLI, main
-from lightning_episodes.data import EpisodicDataModule
+from lightning_episodes.cli import main
 
 TARGETS = ("baseline", "uniform", "easy", "hard", "curriculum")
 SAMPLING = Path("configs/sampling")
@@ -94,15 +92,7 @@ def test_a_sampling_config_states_only_what_differs_from_the_paper(path: Path) -
 @pytest.mark.parametrize("scheme", [f"{t}_{p}" for t in TARGETS for p in ("online", "offline")])
 def test_sampling_configs_compose_with_any_base(base: tuple[Path, list[str]], scheme: str) -> None:
     extra = ["--trainer.callbacks.reference_checkpoint=x.ckpt"] if scheme.endswith("offline") else []
-    cli = EpisodicCLI(
-        EpisodicModule,
-        EpisodicDataModule,
-        subclass_mode_model=True,
-        subclass_mode_data=True,
-        auto_configure_optimizers=False,
-        run=False,
-        args=_args(base, scheme, *extra),
-    )
+    cli = main(_args(base, scheme, *extra), run=False)
     weighting = [c for c in cli.trainer.callbacks if isinstance(c, DifficultyWeightingCallback)]
     assert len(weighting) == 1
     target, estimate = scheme.split("_")

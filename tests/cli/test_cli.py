@@ -44,19 +44,7 @@ def _args(tmp_path: Path, *extra: str) -> list[str]:
 
 
 def test_parse_without_running(tmp_path: Path) -> None:
-    from lightning_episodes.algorithms.base import EpisodicModule
-    from lightning_episodes.cli import EpisodicCLI
-    from lightning_episodes.data.datamodule import EpisodicDataModule
-
-    cli = EpisodicCLI(
-        EpisodicModule,
-        EpisodicDataModule,
-        subclass_mode_model=True,
-        subclass_mode_data=True,
-        auto_configure_optimizers=False,
-        run=False,
-        args=[*_args(tmp_path), "--data.ways=7", "--model.distance=cosine", "--data.channels=3"],
-    )
+    cli = main([*_args(tmp_path), "--data.ways=7", "--model.distance=cosine", "--data.channels=3"], run=False)
     assert isinstance(cli.model, ProtoNet)
     assert cli.model.distance == "cosine"
     assert cli.datamodule.ways == 7

@@ -11,10 +11,8 @@ import pytest
 import torch
 import yaml
 
-from lightning_episodes.algorithms import EpisodicModule
 from lightning_episodes.callbacks import DifficultyWeightingCallback, NonFiniteGuard, ResumableCheckpoint
-from lightning_episodes.cli import DEFAULT_CHECKPOINT, EpisodicCLI, main
-from lightning_episodes.data import EpisodicDataModule
+from lightning_episodes.cli import DEFAULT_CHECKPOINT, main
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 #: the files that set trainer.callbacks: the quickstart, and each sampling scheme composed after it
@@ -56,8 +54,7 @@ def test_a_sampling_config_lists_the_weighting_callback_alone(path: Path) -> Non
 def _callbacks(*args: str) -> list[Any]:
     """The callbacks a `fit` with ``args`` builds, in the order of its configuration (LightningCLI's own left out;
     the Trainer itself moves checkpoint callbacks to the end of its list)."""
-    cli = EpisodicCLI(EpisodicModule, EpisodicDataModule, subclass_mode_model=True, subclass_mode_data=True,
-                      auto_configure_optimizers=False, run=False, args=[*args, "--trainer.logger=false"])  # fmt: skip
+    cli = main([*args, "--trainer.logger=false"], run=False)
     configured = [entry.class_path.rsplit(".", 1)[-1] for entry in cli.config.trainer.callbacks]
     built = {type(c).__name__: c for c in cli.trainer.callbacks}
     return [built[name] for name in configured]
