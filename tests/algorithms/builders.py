@@ -6,8 +6,7 @@ import torch
 from torch import nn
 
 from lightning_episodes.algorithms.base import EpisodicModule
-from lightning_episodes.cli import EpisodicCLI
-from lightning_episodes.data import EpisodicDataModule
+from lightning_episodes.cli import EpisodicCLI, main
 from lightning_episodes.data.episode import Episode
 
 HIDDEN = 16  # a narrow conv4 keeps the float64 second-order comparisons fast
@@ -43,12 +42,4 @@ def our_gradients(model: EpisodicModule, batch: Episode) -> dict[str, torch.Tens
 
 def build_cli(*args: str) -> EpisodicCLI:
     """The command line, parsed and instantiated on the tiny dataset without running anything."""
-    return EpisodicCLI(
-        EpisodicModule,
-        EpisodicDataModule,
-        subclass_mode_model=True,
-        subclass_mode_data=True,
-        auto_configure_optimizers=False,
-        args=[*args, "--data.dataset", "tiny", "--data.image_size", "16", "--trainer.logger", "false"],
-        run=False,
-    )
+    return main([*args, "--data.dataset", "tiny", "--data.image_size", "16", "--trainer.logger", "false"], run=False)
