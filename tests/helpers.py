@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytorch_lightning as pl
@@ -45,3 +46,23 @@ def tiny_trainer(devices: int = 1, **overrides: Any) -> pl.Trainer:
         options["strategy"] = DDPStrategy(start_method="fork", timeout=timedelta(seconds=60))
     options.update(overrides)
     return pl.Trainer(**options)
+
+
+def tiny_cli_options(folder: Path | str, **overrides: Any) -> list[str]:
+    """Command-line options after ``--config configs/quickstart.yaml`` (and maybe a sampling config): the tiny
+    dataset, a few small steps, every output under ``folder``; ``overrides`` are ``"section.key": value`` pairs."""
+    options: dict[str, Any] = {
+        "trainer.default_root_dir": folder,
+        "trainer.logger.init_args.save_dir": folder,
+        "data.dataset": "tiny",
+        "data.image_size": 16,
+        "data.shots": 2,
+        "data.queries": 3,
+        "data.episodes_per_batch": 4,
+        "data.val_episodes": 8,
+        "data.test_episodes": 8,
+        "trainer.enable_progress_bar": "false",
+        "trainer.enable_model_summary": "false",
+    }
+    options.update(overrides)
+    return [f"--{key}={value}" for key, value in options.items()]

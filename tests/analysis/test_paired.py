@@ -1,35 +1,25 @@
-"""The paired per-episode difference of two sampling schemes: hand-computed, against scipy, its properties, and
-`lightning-episodes compare` end to end on a scenario folder of tiny runs."""
+"""The paired per-episode difference of two sampling schemes: hand-computed, against scipy, its properties, and the
+scores it pairs (the checkpoint's test split scored as `lightning-episodes compare` does reproduces the test metric)."""
 
 from __future__ import annotations
 
-import json
 import math
-import runpy
-import shutil
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import pytorch_lightning as pl
-import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
 from lightning_episodes import ProtoNet
 from lightning_episodes.algorithms.loading import load_episodic_module
-from lightning_episodes.analysis import DifficultyTable, EpisodeRecord, PairedDifference, paired_difference
-from lightning_episodes.analysis.report import combine, format_cell, read_result
+from lightning_episodes.analysis import DifficultyTable, EpisodeRecord, paired_difference
 from lightning_episodes.analysis.scoring import checkpoint_datamodule, score_episodes
-from lightning_episodes.cli import entry, run_tool
-from lightning_episodes.commands.compare import SCORES_FILE
 from tests.helpers import tiny_datamodule, tiny_trainer
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def table(accuracies: Sequence[float | None], ids: Sequence[int] | None = None, data_seed: int = 0) -> DifficultyTable:
@@ -189,139 +179,3 @@ def test_scoring_the_test_split_reproduces_the_test_metric(tmp_path: Path) -> No
     assert scores.accuracy.mean() == pytest.approx(metrics["test/acc"], abs=1e-6)
     assert 1.96 * scores.accuracy.std() / math.sqrt(30) == pytest.approx(metrics["test/acc_ci95"], abs=1e-6)
     assert 0 < scores.accuracy.mean() < 1
-
-
-# -- `lightning-episodes compare` ----------------------------------------------------------------------------------
-
-TINY_DATA = {
-    "seed_everything": 0,
-    "data": {
-        "class_path": "lightning_episodes.data.EpisodicDataModule",
-        "init_args": {"dataset": "tiny", "image_size": 16, "channels": 1, "ways": 5, "shots": 2, "queries": 3,
-                      "episodes_per_batch": 2, "eval_episodes_per_batch": 5, "val_episodes": 5, "test_episodes": 12,
-                      "seed": 0},
-    },
-    "trainer": {"max_steps": 6, "val_check_interval": 3, "check_val_every_n_epoch": None, "log_every_n_steps": 1,
-                "accelerator": "cpu", "devices": 1, "enable_progress_bar": False, "enable_model_summary": False},
-}  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def scenario(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Two seeds of baseline_online and uniform_online, laid out by scripts/run_scenario.py."""
-    from lightning_episodes.cli import main
-
-    root = tmp_path_factory.mktemp("compare")
-    data = root / "tiny_5w2s.yaml"
-    data.write_text(yaml.safe_dump(TINY_DATA))
-    run_scenario = runpy.run_path(str(ROOT / "scripts" / "run_scenario.py"))["run_scenario"]
-    run_scenario(data, ROOT / "configs/models/protonet_euclidean_conv4.yaml", root / "runs", main, schemes=["uniform"],
-                 online=True, offline=False, seeds=[0, 1], extra=["--trainer.callbacks.warmup_steps=2"])  # fmt: skip
-    return root / "runs" / "tiny_5w2s__protonet_euclidean_conv4"
-
-
-def _row(markdown: str) -> list[str]:
-    rows = [line for line in markdown.splitlines() if line.startswith("| tiny")]
-    assert len(rows) == 1, markdown
-    return [entry.strip() for entry in rows[0].strip("|").split("|")]
-
-
-@pytest.mark.slow
-def test_compare_prints_the_paired_difference_of_the_cached_scores(
-    scenario: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    out = tmp_path / "paired.md"
-    assert run_tool(["compare", str(scenario), "--markdown", str(out)]) == 0
-    printed = capsys.readouterr().out
-    assert out.read_text() == printed
-    records = {arm: [next((scenario / f"seed{s}" / arm).rglob("test_results.json")) for s in (0, 1)]
-               for arm in ("baseline_online", "uniform_online")}  # fmt: skip
-    tables = {arm: [DifficultyTable.read(p.with_name(SCORES_FILE)) for p in paths] for arm, paths in records.items()}
-    expected = paired_difference(tables["baseline_online"], tables["uniform_online"])
-    assert isinstance(expected, PairedDifference)
-    assert expected.seeds == (2, 2)
-    assert expected.std > 0  # the weighting (after its 2-step warm-up) trained other models than plain sampling
-    assert _row(printed) == [
-        "tiny, Conv-4, 5-way 2-shot",
-        "ProtoNet (Euclidean)",
-        # the scored episodes are the tested ones: each arm's cell is `report`'s, from the test records
-        format_cell(combine([read_result(p) for p in records["baseline_online"]])),
-        format_cell(combine([read_result(p) for p in records["uniform_online"]])),
-        f"{100 * expected.mean:+.2f} ± {100 * expected.ci95:.2f}",
-        "< 0.001" if expected.pvalue < 0.001 else f"{expected.pvalue:.3f}",
-        ", ".join(f"seed{s} {100 * d:+.2f}" for s, d in zip((0, 1), expected.seed_differences or (), strict=True)),
-        "12",
-    ]
-    for paths in records.values():
-        for path in paths:  # each cached table is the run's test: as many episodes, the same mean accuracy
-            scores, record = DifficultyTable.read(path.with_name(SCORES_FILE)), json.loads(path.read_text())
-            assert len(scores) == record["episodes"]
-            assert scores.accuracy.mean() == pytest.approx(record["accuracy"], abs=1e-6)
-
-
-@pytest.mark.slow
-def test_compare_reuses_the_cache_and_takes_fewer_episodes(
-    scenario: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    assert run_tool(["compare", str(scenario)]) == 0  # fills the cache if the test above did not run
-    capsys.readouterr()
-
-    def fail(*args: Any, **kwargs: Any) -> None:
-        raise AssertionError("scored again although the cache holds the episodes")
-
-    monkeypatch.setattr("lightning_episodes.commands.compare.score_episodes", fail)
-    assert run_tool(["compare", str(scenario), "--episodes", "5"]) == 0
-    assert _row(capsys.readouterr().out)[-1] == "5"
-
-
-@pytest.mark.slow
-def test_compare_names_a_missing_run_or_seed_folder(scenario: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert run_tool(["compare", str(scenario), "--treatment", "easy_online"]) == 1
-    assert f"missing run folder {scenario / 'seed0' / 'easy_online'}" in capsys.readouterr().err
-    assert run_tool(["compare", str(scenario / "seed0")]) == 1
-    assert f"no seed<N> folders in {scenario / 'seed0'}" in capsys.readouterr().err
-
-
-@pytest.mark.slow
-def test_compare_checks_the_cached_scores_against_the_test(
-    scenario: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    assert run_tool(["compare", str(scenario)]) == 0  # fills the cache if the tests above did not run
-    capsys.readouterr()
-    copy = tmp_path / scenario.name
-    shutil.copytree(scenario, copy)
-    # a cache whose accuracies are not the test's is used, with a warning
-    cache = next((copy / "seed0" / "baseline_online").rglob(SCORES_FILE))
-    scores = DifficultyTable.read(cache)
-    first = scores.records[0]
-    DifficultyTable((replace(first, accuracy=1 - (first.accuracy or 0)), *scores.records[1:])).write(cache)
-    with pytest.warns(UserWarning, match="the scored accuracy .* differs from the tested"):
-        assert run_tool(["compare", str(copy)]) == 0
-    # a cache of other episodes is refused
-    cache = next((copy / "seed1" / "uniform_online").rglob(SCORES_FILE))
-    scores = DifficultyTable.read(cache)
-    first = scores.records[0]
-    DifficultyTable((replace(first, classes=first.classes[::-1]), *scores.records[1:])).write(cache)
-    with pytest.warns(UserWarning, match="differs from the tested"):  # seed0's cache, as above
-        assert run_tool(["compare", str(copy)]) == 1
-    error = capsys.readouterr().err
-    assert f"{copy} (seed0, seed1): treatment[1] and baseline[0] do not score the same episodes" in error
-    assert "episode id 0 is a different episode" in error
-
-
-def test_compare_names_a_run_without_test_record_or_checkpoint(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    run = tmp_path / "seed0" / "baseline_online"
-    (run / "cross_domain" / "cub200").mkdir(parents=True)
-    (run / "cross_domain" / "cub200" / "test_results.json").write_text("{}")  # another dataset's test: not this one
-    assert run_tool(["compare", str(tmp_path)]) == 1
-    assert f"{run} holds no test_results.json" in capsys.readouterr().err
-    (run / "test_results.json").write_text(json.dumps({"accuracy": 0.5, "ci95": 0.1, "episodes": 10}))
-    assert run_tool(["compare", str(tmp_path)]) == 1
-    assert f"no checkpoints/best-*.ckpt beside {run / 'test_results.json'}" in capsys.readouterr().err
-
-
-def test_compare_rejects_a_non_positive_episode_count(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert entry(["compare", str(tmp_path), "--episodes", "0"]) == 2
-    assert "lightning-episodes compare: error: --episodes must be >= 1, got 0" in capsys.readouterr().err

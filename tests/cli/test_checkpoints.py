@@ -11,18 +11,10 @@ import pytest
 import torch
 import yaml
 
-from lightning_episodes.cli import main
+from lightning_episodes.cli import DEFAULT_CHECKPOINT, main
 
-CHECKPOINT = {
-    "class_path": "lightning_episodes.callbacks.ResumableCheckpoint",
-    "init_args": {
-        "monitor": "val/acc",
-        "mode": "max",
-        "filename": "best-{step}-{val/acc:.4f}",
-        "auto_insert_metric_name": False,
-        "last_every_n_steps": 2,
-    },
-}
+#: the CLI's default checkpoint callback, writing last.ckpt every 2 steps
+CHECKPOINT = {**DEFAULT_CHECKPOINT, "init_args": {**DEFAULT_CHECKPOINT["init_args"], "last_every_n_steps": 2}}
 
 
 def _config(folder: Path, crash_at: int | None = None) -> Path:

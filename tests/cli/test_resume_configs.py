@@ -13,6 +13,7 @@ import yaml
 
 from lightning_episodes.callbacks import DifficultyWeightingCallback, NonFiniteGuard, ResumableCheckpoint
 from lightning_episodes.cli import DEFAULT_CHECKPOINT, main
+from tests.helpers import tiny_cli_options
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 #: the files that set trainer.callbacks: the quickstart, and each sampling scheme composed after it
@@ -109,19 +110,7 @@ def _args(tmp_path: Path, sampling: Path | None, reference: Path | None) -> list
         args += [f"--trainer.callbacks.dirpath={tmp_path / 'checkpoints'}"]
     return [
         *args,
-        f"--trainer.default_root_dir={tmp_path}",
-        f"--trainer.logger.init_args.save_dir={tmp_path}",
-        "--data.dataset=tiny",
-        "--data.image_size=16",
-        "--data.shots=2",
-        "--data.queries=3",
-        "--data.episodes_per_batch=4",
-        "--data.val_episodes=8",
-        "--data.test_episodes=8",
-        "--trainer.val_check_interval=2",
-        "--trainer.enable_progress_bar=false",
-        "--trainer.enable_model_summary=false",
-        "--model.backbone_options={hidden: 8}",
+        *tiny_cli_options(tmp_path, **{"trainer.val_check_interval": 2, "model.backbone_options": "{hidden: 8}"}),
     ]
 
 
