@@ -67,7 +67,7 @@ def interrupted(run_dir: Path) -> bool:
 
 
 def best_checkpoint(run_dir: Path) -> Path:
-    """The newest ``best-*.ckpt`` under ``run_dir`` (the sampling configs' ModelCheckpoint names them so).
+    """The newest ``best-*.ckpt`` under ``run_dir`` (the CLI's default checkpoint callback names them so).
 
     Raises:
         FileNotFoundError: if the run saved no best checkpoint.
