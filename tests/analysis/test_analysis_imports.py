@@ -1,0 +1,30 @@
+"""`lightning_episodes.analysis` is a library of statistics, tables and scoring: the command-line programs built on
+it live in `lightning_episodes.commands`, and no import runs back from the library to them."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ANALYSIS = Path(__file__).resolve().parents[2] / "lightning_episodes" / "analysis"
+#: What only a command line needs.
+FORBIDDEN = ("argparse", "jsonargparse", "lightning_episodes.commands", "lightning_episodes.cli")
+
+
+def _imports(path: Path) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+    return names
+
+
+@pytest.mark.parametrize("path", sorted(ANALYSIS.glob("*.py")), ids=lambda p: p.name)
+def test_an_analysis_module_imports_no_command_line(path: Path) -> None:
+    imported = _imports(path)
+    assert not {name for name in imported if name.split(".")[0] in FORBIDDEN or name.startswith(FORBIDDEN)}
+    assert "main" not in {node.name for node in ast.parse(path.read_text()).body if isinstance(node, ast.FunctionDef)}
