@@ -80,7 +80,8 @@ def kde_log_density(x: Tensor, data: Tensor, bandwidth: float) -> Tensor:
     Returns:
         ``log q`` of ``x``'s shape (log-sum-exp: no underflow far from the data).
     """
-    centres = data.to(device=x.device, dtype=x.dtype)
+    # non-blocking: the window (on the CPU) reaches a GPU without a synchronisation inside the training step
+    centres = data.to(device=x.device, dtype=x.dtype, non_blocking=True)
     u = (x.reshape(-1, 1) - centres.reshape(1, -1)) / bandwidth
     log_q = torch.logsumexp(-0.5 * u * u, dim=1) - math.log(centres.numel() * bandwidth) - _LOG_SQRT_2PI
     return log_q.reshape(x.shape)
