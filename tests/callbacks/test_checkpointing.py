@@ -16,6 +16,7 @@ from pytorch_lightning.loggers import CSVLogger
 from lightning_episodes import ProtoNet
 from lightning_episodes.callbacks import ResumableCheckpoint
 from lightning_episodes.callbacks.checkpointing import find_last_checkpoint
+from tests.callbacks.helpers import CrashAt
 from tests.helpers import tiny_datamodule, tiny_trainer
 
 #: the monitored score at the validations of steps 2, 4, 6: best at step 2, as when validation peaks early
@@ -36,17 +37,6 @@ class FixedScore(Callback):
 
     def state_dict(self) -> dict[str, Any]:
         return {"seen": self.seen}
-
-
-class CrashAt(Callback):
-    """Raises before the batch of global step ``step`` (a killed run)."""
-
-    def __init__(self, step: int) -> None:
-        self.step = step
-
-    def on_train_batch_start(self, trainer: pl.Trainer, *args: Any) -> None:
-        if trainer.global_step == self.step:
-            raise RuntimeError("CRASH")
 
 
 def _fit(checkpoint: ModelCheckpoint, max_steps: int = 7, extra: list[Callback] | None = None) -> None:

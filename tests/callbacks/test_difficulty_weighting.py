@@ -18,6 +18,7 @@ from lightning_episodes.algorithms.base import EpisodeOutput
 from lightning_episodes.callbacks import DifficultyWeightingCallback, WeightingStep
 from lightning_episodes.data import Episode
 from lightning_episodes.weighting import SIGMA_FLOOR, importance_weights
+from tests.callbacks.helpers import CrashAt
 from tests.helpers import tiny_datamodule, tiny_trainer
 
 
@@ -313,15 +314,6 @@ def test_state_is_plain_numbers_and_load_is_tolerant() -> None:
     assert old.proposal_model.estimator.mu == 2.5
     assert old.skipped_steps == 0
     DifficultyWeightingCallback().load_state_dict({})
-
-
-class CrashAt(Callback):
-    def __init__(self, step: int) -> None:
-        self.step = step
-
-    def on_train_batch_start(self, trainer: pl.Trainer, *args: Any) -> None:
-        if trainer.global_step == self.step:
-            raise RuntimeError("CRASH")
 
 
 class SubclassedWeighting(DifficultyWeightingCallback):
