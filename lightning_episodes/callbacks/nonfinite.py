@@ -108,6 +108,9 @@ class NonFiniteGuard(Callback):
     CPU thread: ~15 ms; conv4: ~0.6 ms), one all-reduce of 3 numbers under DDP (so that every rank skips the same
     steps) and one host read of them; an exact ``isfinite`` check confirms a suspicious step. Under 16-bit mixed
     precision the gradient scaler skips overflowing steps itself; only the parameters and buffers are checked then.
+    The read is not deferred (on a GPU it waits for the step's kernels, ~2.6 ms a step of conv4 on an H200): a step
+    is judged before its optimiser step, so no non-finite step ever updates the parameters, and a diverged run
+    stops at exactly its ``max_consecutive``-th non-finite step in a row.
 
     :class:`~lightning_episodes.EpisodicModule` adds a ``NonFiniteGuard()`` to every Trainer without one: list
     one in ``trainer.callbacks`` to change ``max_consecutive``.
