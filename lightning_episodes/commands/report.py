@@ -22,7 +22,14 @@ def parser() -> Any:
     parser.add_argument("runs", nargs="+", type=Path, help="run folders (searched recursively) or result files")
     parser.add_argument("--markdown", type=Path | None, default=None, help="also write the Markdown table here")
     parser.add_argument("--csv", type=Path | None, default=None, help="write the table as CSV (a line per cell)")
-    parser.add_argument("--bold-within", type=BoldWithin, default="column", help="bold the best of each")
+    # --bold_within too: the spelling of every other option, and the one an error message names
+    parser.add_argument(
+        "--bold-within",
+        "--bold_within",
+        type=BoldWithin,
+        default="column",
+        help="where the best entry is bold: per column, or per algorithm in each column",
+    )
     return parser
 
 
