@@ -210,6 +210,28 @@ def write_folder(root: Path, per_class: int = 3, classes: dict[str, int] | None 
     return fab
 
 
+def write_npz_example(root: Path, per_class: int = 3) -> Fabricated:
+    """``root/my_dataset/{train,val,test}.npz`` of the README's example loader (``tests/data/example_dataset.py``):
+    each split its own image size, images of a class scattered, class names not in sorted order, RGBA test images."""
+    classes = {"train": "tulip daisy rose iris lily", "validation": "poppy aster orchid", "test": "violet lotus peony"}
+    fab = Fabricated({split: names.split() for split, names in classes.items()})
+    rng = np.random.default_rng(0)
+    (root / "my_dataset").mkdir(parents=True, exist_ok=True)
+    for (split, names), (height, width, channels) in zip(
+        fab.split_classes.items(), [(20, 24, 3), (32, 16, 3), (12, 12, 4)], strict=True
+    ):
+        labels = rng.permutation(np.arange(len(names) * per_class) % len(names))
+        colours = np.array([(*fab.add(name, per_class), 255)[:channels] for name in names], dtype=np.uint8)
+        images = np.broadcast_to(colours[labels][:, None, None], (len(labels), height, width, channels))
+        np.savez(
+            root / "my_dataset" / ("val.npz" if split == "validation" else f"{split}.npz"),
+            images=images,
+            labels=labels,
+            class_names=np.array(names),
+        )
+    return fab
+
+
 #: Characters of every glyphs split, no two alike: train (Latin, digits, arrows), validation (Braille, box
 #: drawing, block elements), test (Greek, Cyrillic, Armenian).
 GLYPHS_CHARACTERS = {"train": "ABg0→", "validation": "⠿─▌", "test": "ΩλЖԱ"}

@@ -8,6 +8,7 @@ adding its row. What is particular to a loader (its colours, its cache, its erro
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -18,6 +19,7 @@ import pytest
 import torch
 
 from lightning_episodes.data.datasets import SPLITS, ImageDataset, available_datasets, load_dataset
+from tests.data import example_dataset  # registers the README's example loader, "npz-example", for these tests only
 from tests.data.fabricate import (
     Fabricated,
     write_cub200,
@@ -26,6 +28,7 @@ from tests.data.fabricate import (
     write_folder,
     write_glyphs,
     write_mini_imagenet,
+    write_npz_example,
     write_tiered_imagenet,
     write_vgg_flowers,
 )
@@ -68,6 +71,8 @@ LOADERS = [
     LoaderCase(
         "glyphs-hard", partial(write_glyphs, hard=True), (5, 3, 4), image_size=32, options={"images_per_class": 3}
     ),
+    # the README's "Adding a dataset" example: its one row
+    LoaderCase("npz-example", write_npz_example, (5, 3, 3)),
 ]
 CASES = [pytest.param(case, id=case.name) for case in LOADERS]
 
@@ -97,6 +102,16 @@ def test_class_and_image_counts(case: LoaderCase, tmp_path: Path) -> None:
     ], "the classes of each split, in the loader's documented order"
     counts = torch.bincount(data.labels, minlength=data.num_classes).tolist()
     assert dict(zip(data.class_names, counts, strict=True)) == fab.counts
+
+
+@pytest.mark.parametrize("case", [c for c, row in zip(CASES, LOADERS, strict=True) if "glyphs" not in row.name])
+def test_every_image_shows_the_colour_of_its_labelled_class(case: LoaderCase, tmp_path: Path) -> None:
+    """The writers give each class a solid colour 16 levels from any other's (JPEG moves it by a few levels); the
+    glyphs are rendered characters instead."""
+    fab = case.write(tmp_path)
+    data = case.load(tmp_path)
+    expected = torch.tensor([fab.colours[data.class_names[label]] for label in data.labels.tolist()])
+    assert (data.images.int() - expected[:, :, None, None]).abs().amax() <= 4
 
 
 @pytest.mark.parametrize("channels", [1, 3])
@@ -147,3 +162,17 @@ def test_invalid_size_or_channels_is_an_error_naming_it(
     case.write(tmp_path)
     with pytest.raises(ValueError, match=option):
         case.load(tmp_path, **{option: value})
+
+
+def test_the_readme_shows_the_example_dataset_and_its_row() -> None:
+    """README's "Adding a dataset" shows ``example_dataset.py`` as it is, and a row of :data:`LOADERS` for it."""
+    root = Path(__file__).resolve().parents[2]
+    readme = (root / "README.md").read_text()
+    section = re.search(r"^## Adding a dataset\n(.*?)(?=^## |\Z)", readme, flags=re.DOTALL | re.MULTILINE)
+    assert section, 'README.md has no section "## Adding a dataset"'
+    blocks = re.findall(r"```python\n(.*?)```", section.group(1), flags=re.DOTALL)
+    assert Path(example_dataset.__file__).read_text() in blocks
+    shown = re.findall(r"^\+(.*)$", "".join(re.findall(r"```diff\n(.*?)```", section.group(1), flags=re.DOTALL)), re.M)
+    assert shown, "the section shows the test row in a ```diff block"
+    assert set(shown) <= set(Path(__file__).read_text().splitlines()), "the row shown is the row in LOADERS"
+    assert any(case.name == example_dataset.NpzDataset.name for case in LOADERS)
