@@ -16,12 +16,27 @@ from lightning_episodes.callbacks._weighting_logs import WeightingStep
 from lightning_episodes.callbacks.reference import restore_offline
 from lightning_episodes.weighting import Normalizer, Proposal, WeightingDiagnostics, better_proposal
 
-__all__ = ["MAX_FIT_WARNINGS", "MAX_WARNINGS", "WeightingBook"]
+__all__ = ["MAX_FIT_WARNINGS", "MAX_WARNINGS", "BookCounter", "WeightingBook"]
 
 #: non-finite episodes are always counted (and logged); only the first few steps with some are warned about
 MAX_WARNINGS: Final[int] = 10
 #: a proposal that misfits is said so at the end of the warm-up; it is said again only if it fitted in between
 MAX_FIT_WARNINGS: Final[int] = 3
+
+
+class BookCounter:
+    """A counter of the owner's ``book`` (a :class:`WeightingBook`) read and set as the owner's own attribute."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, owner: Any, kind: type | None = None) -> int:
+        if owner is None:  # on the class (e.g. documentation tools): the descriptor itself
+            return self  # type: ignore[return-value]
+        return int(getattr(owner.book, self.name))
+
+    def __set__(self, owner: Any, value: int) -> None:
+        setattr(owner.book, self.name, value)
 
 
 class WeightingBook:

@@ -23,7 +23,7 @@ from typing_extensions import override
 from lightning_episodes.algorithms.base import EpisodicModule, WeightingStrategy
 from lightning_episodes.callbacks import _weighting_logs as logs
 from lightning_episodes.callbacks import reference as ref
-from lightning_episodes.callbacks._weighting_book import WeightingBook
+from lightning_episodes.callbacks._weighting_book import BookCounter, WeightingBook
 from lightning_episodes.callbacks._weighting_logs import WeightingStep, logger_writes
 from lightning_episodes.callbacks._weighting_options import ESTIMATES, check_options, check_trainer
 from lightning_episodes.callbacks._weighting_step import global_weights, read_record
@@ -190,32 +190,9 @@ class DifficultyWeightingCallback(Callback):
         """The proposal's current scale (normal: the standard deviation of difficulty, floored)."""
         return self.proposal_model.scale
 
-    @property
-    def skipped_steps(self) -> int:
-        """Steps whose weights summed to 0 (a zero gradient) so far (kept in :attr:`book`, as the next two)."""
-        return self.book.skipped_steps
-
-    @skipped_steps.setter
-    def skipped_steps(self, value: int) -> None:
-        self.book.skipped_steps = value
-
-    @property
-    def nonfinite_episodes(self) -> int:
-        """Episodes whose loss was not finite (weight 0) so far."""
-        return self.book.nonfinite_episodes
-
-    @nonfinite_episodes.setter
-    def nonfinite_episodes(self, value: int) -> None:
-        self.book.nonfinite_episodes = value
-
-    @property
-    def offline_scored(self) -> int:
-        """Offline: how many episodes the reference scored to fix ``q`` (0 before ``on_fit_start``)."""
-        return self.book.offline_scored
-
-    @offline_scored.setter
-    def offline_scored(self, value: int) -> None:
-        self.book.offline_scored = value
+    #: steps whose weights summed to 0 (a zero gradient); episodes whose loss was not finite (weight 0); offline,
+    #: the episodes the reference scored to fix ``q`` (0 before ``on_fit_start``): all three kept in :attr:`book`
+    skipped_steps, nonfinite_episodes, offline_scored = BookCounter(), BookCounter(), BookCounter()
 
     # -- set-up -------------------------------------------------------------------------------------------------
     @override
