@@ -164,6 +164,14 @@ def test_invalid_size_or_channels_is_an_error_naming_it(
         case.load(tmp_path, **{option: value})
 
 
+def test_missing_files_of_a_loader_without_download_name_the_layout_and_offer_no_download(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="Expected layout") as error:
+        load_dataset("npz-example", tmp_path)
+    assert str(tmp_path / "my_dataset" / "train.npz") in str(error.value)
+    assert "Point `--data.root`" in str(error.value)
+    assert "download" not in str(error.value), "npz-example has nothing to download (data.download=true is refused)"
+
+
 def test_the_readme_shows_the_example_dataset_and_its_row() -> None:
     """README's "Adding a dataset" shows ``example_dataset.py`` as it is, and a row of :data:`LOADERS` for it."""
     root = Path(__file__).resolve().parents[2]

@@ -147,7 +147,9 @@ def imagenet_statistics(channels: int) -> Statistics:
     return (mean,), (std,)
 
 
-def require_files(spec: CacheSpec, required: Iterable[Path], layout: str, download: bool) -> None:
+def require_files(
+    spec: CacheSpec, required: Iterable[Path], layout: str, download: bool, downloadable: bool = True
+) -> None:
     """Check that the source files exist, unless learn2learn is about to download them.
 
     Args:
@@ -155,17 +157,19 @@ def require_files(spec: CacheSpec, required: Iterable[Path], layout: str, downlo
         required: files or folders that must exist under ``spec.root``.
         layout: description of the expected layout; ``{root}`` is replaced by ``spec.root``.
         download: whether the caller passes ``download=True`` to learn2learn.
+        downloadable: whether the dataset can be downloaded (the error offers the download option only then).
 
     Raises:
-        FileNotFoundError: naming the missing paths, the expected layout and the download option.
+        FileNotFoundError: naming the missing paths, the expected layout and, if ``downloadable``, the download
+            option.
     """
     missing = [str(path) for path in required if not path.exists()]
     if missing and not download:
+        offer = "Pass `--data.download true` (download=True) to download it with learn2learn, or point"
         raise FileNotFoundError(
             f"{spec.name} was not found: missing {', '.join(missing)}.\n"
             f"Expected layout:\n{layout.format(root=spec.root)}\n"
-            "Pass `--data.download true` (download=True) to download it with learn2learn, "
-            f"or point `--data.root` (now {spec.root}) at a folder with this layout."
+            f"{offer if downloadable else 'Point'} `--data.root` (now {spec.root}) at a folder with this layout."
         )
 
 

@@ -123,6 +123,7 @@ class ConvertedDataset(ABC):
         """Check that the ``required`` source files exist, unless they are about to be downloaded.
 
         Raises:
-            FileNotFoundError: naming the missing paths, :attr:`layout` and the download option.
+            FileNotFoundError: naming the missing paths, :attr:`layout` and, if :attr:`downloadable`, the download
+                option.
         """
-        require_files(spec, required, self.layout, download)
+        require_files(spec, required, self.layout, download, self.downloadable)
