@@ -9,8 +9,8 @@ weight 0 with ``out_of_support: zero``), ``weighting/pareto_k`` (the tail index 
 the weights' variance is effectively infinite), ``weighting/skewness`` and, from ``weighting/normality_p`` (the
 Shapiro-Wilk p-value of the callback's window of recent difficulties, up to ``window`` = 1,000 of them: the paper's
 normal proposal assumes normality), the share of logged steps where normality is rejected at 5%. That window is far
-larger than the paper's 50-episode subsamples, so the test rejects small departures from normality there. Then it prints, per scenario
-and arm, the mean over seeds::
+larger than the paper's 50-episode subsamples, so the test rejects small departures from normality there. Then it
+prints, per scenario and arm, the mean over seeds::
 
     python scripts/study_diagnostics.py runs/study --after 100
 """
