@@ -1,0 +1,45 @@
+"""scripts/study_diagnostics.py: per arm, the mean over seeds of the test accuracy and of the callback's logged
+diagnostics after the warm-up, computed by hand on fabricated run folders."""
+
+from __future__ import annotations
+
+import json
+import runpy
+from pathlib import Path
+
+import pytest
+from torch.utils.tensorboard import SummaryWriter
+
+ROOT = Path(__file__).resolve().parents[2]
+study = runpy.run_path(str(ROOT / "scripts" / "study_diagnostics.py"))
+
+
+def fabricate(run: Path, accuracy: float, ess: list[float], p_values: list[float]) -> None:
+    """A run folder: its test record and the scalars logged at steps 50, 100, 150, ..."""
+    folder = run / "lightning_logs" / "version_0"
+    folder.mkdir(parents=True)
+    (folder / "test_results.json").write_text(json.dumps({"accuracy": accuracy, "global_step": 2000}))
+    writer = SummaryWriter(str(folder))
+    for i, (e, p) in enumerate(zip(ess, p_values, strict=True)):
+        writer.add_scalar("weighting/ess_over_batch", e, 50 * (i + 1))
+        writer.add_scalar("weighting/normality_p", p, 50 * (i + 1))
+    writer.close()
+
+
+def test_arms_average_their_seeds_and_skip_the_warm_up(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    scenario = tmp_path / "glyphs_5w1s__protonet_euclidean_conv4"
+    fabricate(scenario / "seed0" / "uniform_online", 0.80, [0.1, 0.8, 0.9], [0.5, 0.01, 0.2])
+    fabricate(scenario / "seed1" / "uniform_online", 0.90, [0.1, 0.6, 0.7], [0.5, 0.01, 0.01])
+    (scenario / "seed2" / "uniform_online").mkdir(parents=True)  # not finished: no record, left out
+    assert study["main"]([str(tmp_path), "--after", "100"]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("| uniform_online"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    # steps 100 and 150 only: ESS/|B| (0.8 + 0.9 + 0.6 + 0.7) / 4; normal rejected at 5% in 1 of 2, then 2 of 2 steps
+    assert cells[:4] == ["uniform_online", "2", "85.0", "2000"]
+    assert float(cells[4]) == pytest.approx(0.75)
+    assert float(cells[-1]) == pytest.approx(75.0)
+    assert cells[5] == cells[6] == cells[7] == "–"  # never logged
+
+
+def test_an_empty_root_is_an_error(tmp_path: Path) -> None:
+    assert study["main"]([str(tmp_path)]) == 1
