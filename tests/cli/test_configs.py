@@ -180,7 +180,14 @@ def model_for(patch: Path) -> list[Path]:
     if not wanted or "class_path" in load(patch).get("model", {}):
         return []
     setting = [m for m in MODELS if wanted <= set(load(m)["model"].get("init_args", {}))]
-    return setting or [m for m in MODELS if wanted <= set(inspect.signature(model_class(m)).parameters)]
+    return setting or [m for m in MODELS if wanted <= accepted_arguments(model_class(m))]
+
+
+def accepted_arguments(cls: type) -> set[str]:
+    """The arguments a model class takes: its own and, through ``**kwargs``, those of every base up the MRO."""
+    return {
+        name for c in cls.__mro__ if "__init__" in vars(c) for name in inspect.signature(vars(c)["__init__"]).parameters
+    }
 
 
 def model_class(path: Path) -> type:
