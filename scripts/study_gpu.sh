@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# The study at the paper's batch on one GPU: the four arms of a seed as parallel fits on the same GPU (a conv4 fit
+# alone leaves most of an H100/H200 idle), each exactly the fit scripts/run_scenario.py runs for that arm, with
+# configs/trainer/gpu.yaml and configs/study/paper_gpu.yaml (16 episodes x 15 queries, conv4-64, data on the GPU).
+# Runs go where run_scenario puts them, so `lightning-episodes report|compare` and run_scenario's resume read them;
+# a seed whose four runs hold a test record is skipped.
+#
+#   DATA=glyphs_hard_5w1s SEEDS="0 1" STEPS=5000 bash scripts/study_gpu.sh
+#   lightning-episodes report runs/paper_gpu
+#
+# DATA: a file of configs/data without .yaml (default glyphs_hard_5w1s); SEEDS (default "0 1 2"); STEPS: max_steps
+# (default: paper_gpu.yaml's 10,000); MAX_TIME: a guard, DD:HH:MM:SS, after which a fit stops and tests what it has
+# (default none); OUT (default runs/paper_gpu); LAUNCHER (default "python -m lightning_episodes"); PYTHON (default
+# python); EXTRA: more arguments for every fit (e.g. "--trainer.accelerator=cpu --data.device_cache=false" to try it).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+DATA=${DATA:-glyphs_hard_5w1s}
+SEEDS=${SEEDS:-0 1 2}
+OUT=${OUT:-runs/paper_gpu}
+LAUNCHER=${LAUNCHER:-python -m lightning_episodes}
+ARMS="baseline_online uniform_online uniform_online_psis uniform_online_placebo"
+[ -f "configs/data/$DATA.yaml" ] || { echo "study_gpu.sh: DATA=$DATA: no configs/data/$DATA.yaml" >&2; exit 2; }
+extra=()
+[ -n "${STEPS:-}" ] && extra+=("--trainer.max_steps=$STEPS")
+[ -n "${MAX_TIME:-}" ] && extra+=("--trainer.max_time=$MAX_TIME")
+read -r -a more <<< "${EXTRA:-}"
+extra+=("${more[@]}")
+# render (or check) the dataset's cache once, before parallel fits would race to write it
+${PYTHON:-python} - "$DATA" <<'PY' || exit 1
+import sys, yaml
+from lightning_episodes.data.datasets import load_dataset
+args = yaml.safe_load(open(f"configs/data/{sys.argv[1]}.yaml"))["data"]["init_args"]
+load_dataset(args["dataset"], image_size=args["image_size"], channels=args["channels"])
+PY
+failed=0
+for seed in $SEEDS; do
+    folder="$OUT/${DATA}__protonet_euclidean_conv4/seed$seed"
+    pids=()
+    for arm in $ARMS; do
+        if compgen -G "$folder/$arm/*/*/test_results.json" > /dev/null; then
+            echo "[study_gpu] $folder/$arm is done: skipped" >&2
+            continue
+        fi
+        mkdir -p "$folder/$arm"
+        $LAUNCHER fit --config "configs/data/$DATA.yaml" --config configs/models/protonet_euclidean_conv4.yaml \
+            --config configs/trainer/gpu.yaml --config configs/study/paper_gpu.yaml \
+            --config "configs/sampling/$arm.yaml" --seed_everything="$seed" --data.train_seed="$seed" \
+            --trainer.default_root_dir="$folder/$arm" --test_after_fit=true "${extra[@]}" > "$folder/$arm.log" 2>&1 &
+        pids+=($!)
+    done
+    for pid in "${pids[@]}"; do wait "$pid" || failed=1; done
+done
+[ "$failed" = 0 ] || echo "[study_gpu] a fit failed: see $OUT/*/seed*/<arm>.log" >&2
+exit "$failed"
