@@ -1,3 +1,5 @@
+"""`python -m lightning_episodes`: the same as the `lightning-episodes` console script."""
+
 import sys
 
 from lightning_episodes.cli import entry
