@@ -2,15 +2,15 @@
 """What the weighting callback's diagnostics said in each arm of a study: one Markdown table per scenario.
 
 For every run folder of ``scripts/run_scenario.py`` (``<root>/<scenario>/seed<N>/<arm>``) it reads the test record
-(``test_results.json``: test accuracy, best checkpoint's step) and the TensorBoard scalars the callback logs at the
-loggers' cadence, averaged over the logged steps after the warm-up (``--after``): ``weighting/ess_over_batch``
-(ESS/|B|: 1 = equal weights), ``weighting/outside_support`` (share of episodes outside the proposal's support,
-weight 0 with ``out_of_support: zero``), ``weighting/pareto_k`` (the tail index of the recent weights: above 0.7
-the weights' variance is effectively infinite), ``weighting/skewness`` and, from ``weighting/normality_p`` (the
-Shapiro-Wilk p-value of the callback's window of recent difficulties, up to ``window`` = 1,000 of them: the paper's
-normal proposal assumes normality), the share of logged steps where normality is rejected at 5%. That window is far
-larger than the paper's 50-episode subsamples, so the test rejects small departures from normality there. Then it
-prints, per scenario and arm, the mean over seeds::
+(``test_results.json``: test accuracy, and the step of the tested ``best-<step>-...`` checkpoint) and the TensorBoard
+scalars the callback logs at the loggers' cadence, averaged over the logged steps after the warm-up (``--after``):
+``weighting/ess_over_batch`` (ESS/|B|: 1 = equal weights), ``weighting/outside_support`` (share of episodes outside
+the proposal's support, weight 0 with ``out_of_support: zero``), ``weighting/pareto_k`` (the tail index of the recent
+weights: above 0.7 the weights' variance is effectively infinite), ``weighting/skewness`` and, from
+``weighting/normality_p`` (the Shapiro-Wilk p-value of the callback's window of recent difficulties, up to ``window``
+= 1,000 of them: the paper's normal proposal assumes normality), the share of logged steps where normality is rejected
+at 5%. That window is far larger than the paper's 50-episode subsamples, so the test rejects small departures from
+normality there. Then it prints, per scenario and arm, the mean over seeds::
 
     python scripts/study_diagnostics.py runs/study --after 100
 """
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import sys
 from collections import defaultdict
@@ -42,7 +43,10 @@ def run_diagnostics(run: Path, after: int) -> dict[str, float] | None:
     if not records:
         return None
     record = json.loads(records[-1].read_text())
-    row = {"test accuracy (%)": 100 * float(record["accuracy"]), "best step": float(record["global_step"])}
+    best = re.match(r"best-(\d+)-", Path(str(record.get("ckpt_path", ""))).name)  # the checkpoint callback's name
+    row = {"test accuracy (%)": 100 * float(record["accuracy"])}
+    if best:
+        row["best step"] = float(best.group(1))
     for folder in sorted({p.parent for p in run.rglob("events.out.tfevents.*")}):
         events = EventAccumulator(str(folder), size_guidance={"scalars": 0})
         events.Reload()

@@ -14,11 +14,12 @@ ROOT = Path(__file__).resolve().parents[2]
 study = runpy.run_path(str(ROOT / "scripts" / "study_diagnostics.py"))
 
 
-def fabricate(run: Path, accuracy: float, ess: list[float], p_values: list[float]) -> None:
+def fabricate(run: Path, accuracy: float, ess: list[float], p_values: list[float], best: int) -> None:
     """A run folder: its test record and the scalars logged at steps 50, 100, 150, ..."""
     folder = run / "lightning_logs" / "version_0"
     folder.mkdir(parents=True)
-    (folder / "test_results.json").write_text(json.dumps({"accuracy": accuracy, "global_step": 2000}))
+    record = {"accuracy": accuracy, "global_step": 2000, "ckpt_path": f"/x/best-{best}-0.9.ckpt"}
+    (folder / "test_results.json").write_text(json.dumps(record))
     writer = SummaryWriter(str(folder))
     for i, (e, p) in enumerate(zip(ess, p_values, strict=True)):
         writer.add_scalar("weighting/ess_over_batch", e, 50 * (i + 1))
@@ -28,14 +29,14 @@ def fabricate(run: Path, accuracy: float, ess: list[float], p_values: list[float
 
 def test_arms_average_their_seeds_and_skip_the_warm_up(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     scenario = tmp_path / "glyphs_5w1s__protonet_euclidean_conv4"
-    fabricate(scenario / "seed0" / "uniform_online", 0.80, [0.1, 0.8, 0.9], [0.5, 0.01, 0.2])
-    fabricate(scenario / "seed1" / "uniform_online", 0.90, [0.1, 0.6, 0.7], [0.5, 0.01, 0.01])
+    fabricate(scenario / "seed0" / "uniform_online", 0.80, [0.1, 0.8, 0.9], [0.5, 0.01, 0.2], 2000)
+    fabricate(scenario / "seed1" / "uniform_online", 0.90, [0.1, 0.6, 0.7], [0.5, 0.01, 0.01], 1500)
     (scenario / "seed2" / "uniform_online").mkdir(parents=True)  # not finished: no record, left out
     assert study["main"]([str(tmp_path), "--after", "100"]) == 0
     row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("| uniform_online"))
     cells = [c.strip() for c in row.strip("|").split("|")]
     # steps 100 and 150 only: ESS/|B| (0.8 + 0.9 + 0.6 + 0.7) / 4; normal rejected at 5% in 1 of 2, then 2 of 2 steps
-    assert cells[:4] == ["uniform_online", "2", "85.0", "2000"]
+    assert cells[:4] == ["uniform_online", "2", "85.0", "1750"]  # the tested best checkpoints: steps 2000, 1500
     assert float(cells[4]) == pytest.approx(0.75)
     assert float(cells[-1]) == pytest.approx(75.0)
     assert cells[5] == cells[6] == cells[7] == "–"  # never logged
