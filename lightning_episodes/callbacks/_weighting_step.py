@@ -15,6 +15,7 @@ from torch import Tensor
 
 from lightning_episodes.callbacks._weighting_logs import WeightingStep
 from lightning_episodes.weighting import EpisodeWeights, Normalizer, Proposal, Target
+from lightning_episodes.weighting.loss import stat_dtype
 
 __all__ = ["global_weights", "placebo_permutation", "read_record"]
 
@@ -70,7 +71,7 @@ def read_record(pending: WeightingStep, weighted: Any) -> tuple[WeightingStep, i
     concatenated on the device (float32 on MPS, which has no float64) and moved in a single transfer.
     """
     assert pending.raw_weights is not None
-    dtype = torch.float32 if pending.difficulties.device.type == "mps" else torch.float64
+    dtype = stat_dtype(pending.difficulties.device)
     size = pending.difficulties.numel()
     parts = (pending.difficulties, pending.weights, pending.raw_weights, weighted.skipped, weighted.nonfinite)
     host = torch.cat([p.reshape(-1).to(dtype) for p in parts]).to("cpu", torch.float64)

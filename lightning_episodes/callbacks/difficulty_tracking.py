@@ -36,6 +36,7 @@ from lightning_episodes.analysis.scoring import (
 from lightning_episodes.analysis.tables import DifficultyTable
 from lightning_episodes.data.datamodule import EpisodicDataModule
 from lightning_episodes.data.episode import EpisodeIdentity
+from lightning_episodes.weighting.loss import stat_dtype
 
 __all__ = ["DifficultyTrackingCallback"]
 
@@ -237,7 +238,7 @@ class DifficultyTrackingCallback(Callback):
         """All ranks' scores in episode order (rank ``r`` scored the episodes ``i ≡ r (mod W)``)."""
         world = trainer.world_size
         width = -(-self.episodes // world)  # ranks hold at most one episode less than others: pad
-        dtype = torch.float32 if device.type == "mps" else torch.float64
+        dtype = stat_dtype(device)
         local = torch.full((width, 3), math.nan, dtype=dtype, device=device)
         local[: len(ids)] = torch.stack([ids.to(torch.float64), difficulty, accuracy], 1).to(device, dtype)
         gathered = trainer.strategy.all_gather(local).reshape(world, width, 3)

@@ -23,13 +23,14 @@ import torch
 from pytorch_lightning.utilities import move_data_to_device, rank_zero_warn
 from torch import Tensor
 
-from lightning_episodes.algorithms.base import EpisodeOutput, EpisodicModule
+from lightning_episodes.algorithms.base import EpisodicModule
 from lightning_episodes.algorithms.loading import checkpoint_info, load_episodic_module
 from lightning_episodes.data.datamodule import EpisodicDataModule
 from lightning_episodes.data.episode import Episode
 from lightning_episodes.data.streams import EvaluationEpisodes
 from lightning_episodes.models import set_eval_batch_norm
 from lightning_episodes.weighting import Proposal
+from lightning_episodes.weighting.loss import stat_dtype
 
 __all__ = [
     "check_reference",
@@ -117,9 +118,7 @@ def reference_difficulties(reference: EpisodicModule, batch: Episode) -> Tensor:
     # MAML-type references adapt on the support set with autograd even when frozen
     adapts = type(reference).requires_grad_in_evaluation
     with torch.enable_grad() if adapts else torch.no_grad():
-        out = reference.episode_losses(batch)
-    if isinstance(out, tuple):
-        out = EpisodeOutput(*out)
+        out = reference._output(batch)  # the module's one return contract, checked
     return out.difficulty.detach()
 
 
@@ -174,7 +173,7 @@ def score_offline(
         values.extend(reference_difficulties(reference, episode).to("cpu", torch.float64).tolist())
 
     # equal shapes for the collective: pad each rank's share to ceil(count / W) with NaN (dropped below)
-    dtype = torch.float32 if device.type == "mps" else torch.float64
+    dtype = stat_dtype(device)
     local = torch.full((math.ceil(count / world_size),), math.nan, dtype=dtype)
     local[: len(values)] = torch.tensor(values, dtype=dtype)
     everything = gather(local.to(device)) if gather is not None else local

@@ -58,8 +58,9 @@ class EpisodeWeights(NamedTuple):
     denominator: float | Tensor | None = None
 
 
-def _stat_dtype(device: torch.device) -> torch.dtype:
-    # MPS has no float64; everywhere else the statistics are summed in float64.
+def stat_dtype(device: torch.device) -> torch.dtype:
+    """The dtype in which statistics of weights and difficulties are summed on ``device``: float64, or float32 on
+    MPS, which has no float64 (the one place this is decided)."""
     return torch.float32 if device.type == "mps" else torch.float64
 
 
@@ -86,7 +87,7 @@ def effective_sample_size(weights: Tensor) -> Tensor:
         2.666667
     """
     out_dtype = weights.dtype if weights.is_floating_point() else torch.get_default_dtype()
-    w = _clean_weights(weights, _stat_dtype(weights.device))
+    w = _clean_weights(weights, stat_dtype(weights.device))
     # Scaling by the largest weight keeps the squares finite for any finite weights.
     scale = w.max() if w.numel() else w.new_zeros(())
     w = w / torch.where(scale > 0, scale, torch.ones_like(scale))
@@ -148,7 +149,7 @@ def _weighted_loss(
 ) -> tuple[Tensor, Tensor]:
     """Returns the loss and the reduced statistics ``[sum w, sum w^2, |B|, non-finite, ESS]``."""
     _check_inputs(losses, weights, normalization, world_size, denominator)
-    dtype = _stat_dtype(losses.device)
+    dtype = stat_dtype(losses.device)
     finite = torch.isfinite(losses.detach())
     w = _clean_weights(weights.to(losses.device), dtype)
     w = torch.where(finite, w, torch.zeros_like(w))

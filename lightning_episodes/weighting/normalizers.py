@@ -25,7 +25,7 @@ import torch
 from torch import Tensor
 
 from lightning_episodes.weighting.diagnostics import gpd_fit, gpd_quantile, tail_size
-from lightning_episodes.weighting.loss import EpisodeWeights
+from lightning_episodes.weighting.loss import EpisodeWeights, stat_dtype
 
 __all__ = [
     "NORMALIZATIONS",
@@ -181,7 +181,7 @@ class RunningNormalizer(Normalizer):
         return total if self.average is None else self.decay * self.average + (1.0 - self.decay) * total
 
     def normalize(self, weights: Tensor) -> EpisodeWeights:
-        dtype = torch.float32 if weights.device.type == "mps" else torch.float64
+        dtype = stat_dtype(weights.device)
         return EpisodeWeights(weights, "fixed", self._next(weights.detach().to(dtype).sum()))
 
     def update(self, weights: Tensor, warmup: bool = False) -> None:
