@@ -6,7 +6,7 @@ from lightning_episodes.algorithms.base import EpisodeOutput, EpisodicModule, We
 from lightning_episodes.algorithms.feat import FEAT
 from lightning_episodes.algorithms.loading import checkpoint_info, load_episodic_module
 from lightning_episodes.algorithms.maml import MAML
-from lightning_episodes.algorithms.metrics import EpisodeMeanCI
+from lightning_episodes.algorithms.metrics import EpisodeMeanCI, EpisodeScores, ScoredEpisodes
 from lightning_episodes.algorithms.pretrain import Pretrain
 from lightning_episodes.algorithms.protonet import ProtoNet
 
@@ -16,9 +16,11 @@ __all__ = [
     "MAML",
     "EpisodeMeanCI",
     "EpisodeOutput",
+    "EpisodeScores",
     "EpisodicModule",
     "Pretrain",
     "ProtoNet",
+    "ScoredEpisodes",
     "WeightingStrategy",
     "checkpoint_info",
     "load_episodic_module",

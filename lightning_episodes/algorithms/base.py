@@ -7,7 +7,8 @@ and evaluates (mean accuracy ± 95% CI over episodes). An algorithm implements `
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from collections.abc import Callable
+from typing import Any, ClassVar, cast
 
 import pytorch_lightning as pl
 import torch
@@ -18,7 +19,7 @@ from typing_extensions import override
 
 from lightning_episodes.algorithms.functional import query_loss
 from lightning_episodes.algorithms.interface import EpisodeOutput, WeightingStrategy, check_choice, check_min
-from lightning_episodes.algorithms.metrics import EpisodeMeanCI
+from lightning_episodes.algorithms.metrics import EpisodeMeanCI, EpisodeScores, ScoredEpisodes
 from lightning_episodes.data.episode import Episode
 from lightning_episodes.models import EpisodicBackbone, EvalBatchNorm, build_backbone, feature_size, set_eval_batch_norm
 from lightning_episodes.weighting import EpisodeWeights, WeightedLoss, weighted_loss
@@ -126,6 +127,10 @@ class EpisodicModule(pl.LightningModule):
         self.val_loss, self.test_loss = EpisodeMeanCI(), EpisodeMeanCI()
         #: the ``test/*`` values of the last test (:class:`~lightning_episodes.callbacks.TestResultsWriter` writes them)
         self.test_results: dict[str, float] | None = None
+        #: each test episode's id, difficulty and accuracy in the last test, over every process (the writer saves
+        #: them as ``test_episodes.csv``, which ``lightning-episodes compare`` reads)
+        self.test_episode_scores: ScoredEpisodes | None = None
+        self._test_scores = EpisodeScores()
         self._nonfinite_outputs: Tensor | None = None
         #: the backbone's options: the algorithm's :attr:`backbone_defaults` under the user's ``backbone_options``
         self.backbone_options = self.backbone_defaults | (backbone_options or {})
@@ -301,6 +306,8 @@ class EpisodicModule(pl.LightningModule):
     @override
     def on_test_start(self) -> None:
         self._nonfinite_outputs = None
+        self._test_scores.reset()
+        self.test_episode_scores = None
         self._check_finite("test")
 
     @override
@@ -319,7 +326,8 @@ class EpisodicModule(pl.LightningModule):
 
     @override
     def test_step(self, batch: Episode, batch_idx: int) -> None:
-        self._evaluate(batch, self.test_accuracy, self.test_loss)
+        out = self._evaluate(batch, self.test_accuracy, self.test_loss)
+        self._test_scores.update(batch.identity.episode_ids, out.difficulty, out.accuracies)
 
     def _log_evaluation(self, stage: str, accuracy: EpisodeMeanCI, loss: EpisodeMeanCI) -> dict[str, float]:
         self._check_finite("validation" if stage == "val" else stage, self._nonfinite_outputs)
@@ -347,6 +355,10 @@ class EpisodicModule(pl.LightningModule):
     @override
     def on_test_epoch_end(self) -> None:
         self.test_results = self._log_evaluation("test", self.test_accuracy, self.test_loss)
+        trainer = self.trainer
+        gather = cast(Callable[[Tensor], Tensor], self.all_gather)
+        self.test_episode_scores = self._test_scores.compute(gather, trainer.world_size, self.device)
+        self._test_scores.reset()
 
     @override
     def configure_callbacks(self) -> list[Callback]:

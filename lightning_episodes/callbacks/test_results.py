@@ -1,6 +1,7 @@
-"""``test_results.json``: the machine-readable record of a test run, written beside the logs.
+"""``test_results.json``: the machine-readable record of a test run, and ``test_episodes.csv``: its per-episode
+scores, both written beside the logs.
 
-``lightning-episodes report`` and ``compare`` read it. :class:`~lightning_episodes.EpisodicModule` adds a
+``lightning-episodes report`` reads the record, ``compare`` both. :class:`~lightning_episodes.EpisodicModule` adds a
 :class:`TestResultsWriter` to every Trainer without one.
 """
 
@@ -13,12 +14,17 @@ from pathlib import Path
 from typing import Any
 
 import pytorch_lightning as pl
+import torch
 from pytorch_lightning.callbacks import Callback
 from typing_extensions import override
 
+from lightning_episodes.algorithms.metrics import ScoredEpisodes
+from lightning_episodes.analysis.tables import DifficultyTable
 from lightning_episodes.callbacks.difficulty_weighting import DifficultyWeightingCallback
 
 RESULTS_FILE = "test_results.json"
+#: each test episode's identity, difficulty and accuracy (a :class:`~lightning_episodes.analysis.DifficultyTable`)
+SCORES_FILE = "test_episodes.csv"
 
 
 def plain(values: dict[str, Any]) -> dict[str, Any]:
@@ -44,7 +50,10 @@ class TestResultsWriter(Callback):
     """Writes ``<log dir>/test_results.json`` at the end of each test of an
     :class:`~lightning_episodes.EpisodicModule`: accuracy ± 95% CI, loss and number of test episodes, the
     checkpoint, the global step, the seed, the sampling scheme (every option of the weighting callback), the model
-    and data settings and a hash of them (the scenario).
+    and data settings and a hash of them (the scenario); and beside it ``test_episodes.csv``: each test episode's
+    identity, difficulty and accuracy as the test computed them (what ``lightning-episodes compare`` pairs), when
+    the test ran on an :class:`~lightning_episodes.EpisodicDataModule`'s fixed test episodes (else a table left by
+    an earlier test in that folder is removed).
 
     Under DDP, every rank takes part in finding the log folder (Lightning broadcasts it) and rank 0 writes. Nothing
     is written without a logger.
@@ -63,6 +72,30 @@ class TestResultsWriter(Callback):
         path = Path(log_dir) / RESULTS_FILE
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(self.record(trainer, pl_module, results), indent=2, sort_keys=True))
+        table = self.scores_table(trainer, getattr(pl_module, "test_episode_scores", None))
+        if table is None:
+            path.with_name(SCORES_FILE).unlink(missing_ok=True)  # an earlier test's, not this one's
+        else:
+            table.write(path.with_name(SCORES_FILE))
+
+    @staticmethod
+    def scores_table(trainer: pl.Trainer, scores: ScoredEpisodes | None) -> DifficultyTable | None:
+        """The test's per-episode scores with the episodes' identities, or ``None`` if the test did not score
+        the data module's fixed test episodes ``0..n-1`` (another data module, or ``limit_test_batches``)."""
+        from lightning_episodes.analysis.scoring import scoring_identities
+        from lightning_episodes.data.datamodule import EpisodicDataModule
+
+        datamodule = getattr(trainer, "datamodule", None)
+        if scores is None or not len(scores.episode_ids) or not isinstance(datamodule, EpisodicDataModule):
+            return None
+        count = len(scores.episode_ids)
+        if not torch.equal(scores.episode_ids, torch.arange(count)):
+            return None
+        identity = scoring_identities(datamodule, "test", count)
+        return DifficultyTable.from_arrays(
+            identity.episode_ids, identity.classes, identity.support_indices, identity.query_indices,
+            scores.difficulty, scores.accuracy,
+        )  # fmt: skip
 
     @staticmethod
     def record(trainer: pl.Trainer, pl_module: pl.LightningModule, results: dict[str, float]) -> dict[str, Any]:

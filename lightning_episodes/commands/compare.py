@@ -4,8 +4,9 @@ scenario, on folders laid out by ``scripts/run_scenario.py``::
     lightning-episodes compare runs/study/glyphs_5w1s__protonet_euclidean_conv4 \\
         runs/study/glyphs_5w5s__protonet_euclidean_conv4 --baseline baseline_online --treatment uniform_online
 
-Each seed's best checkpoint of both arms is scored on the test episodes (cached as ``test_episodes.csv`` beside its
-``test_results.json``); the statistics are :func:`~lightning_episodes.analysis.paired_difference`'s.
+Each run's per-episode test scores are its test's ``test_episodes.csv`` (written beside ``test_results.json`` by the
+test itself); a run tested without one (by an older version) has its best checkpoint scored on the test episodes
+once, and the table cached there. The statistics are :func:`~lightning_episodes.analysis.paired_difference`'s.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from lightning_episodes.analysis.paired import paired_difference
 from lightning_episodes.analysis.report import RESULTS_FILE, RunResult, combine, find_results, format_cell, read_result
 from lightning_episodes.analysis.scoring import checkpoint_datamodule, score_episodes
 from lightning_episodes.analysis.tables import DifficultyTable
+from lightning_episodes.callbacks.test_results import SCORES_FILE
 from lightning_episodes.commands._common import (
     add_device_argument,
     arguments,
@@ -33,10 +35,6 @@ from lightning_episodes.commands._common import (
     command_parser,
     resolve_device,
 )
-
-#: The per-episode test scores cached beside each run's ``test_results.json``.
-SCORES_FILE = "test_episodes.csv"
-
 
 #: The legend printed under the Markdown table.
 LEGEND = (
@@ -83,8 +81,9 @@ def run_checkpoint(record_path: Path) -> Path:
 def run_scores(
     record_path: Path, count: int | None = None, device: str | torch.device = "cpu"
 ) -> tuple[DifficultyTable, RunResult]:
-    """A run's per-episode test scores (from its cached ``test_episodes.csv``, or scored and cached) and its
-    :class:`~lightning_episodes.analysis.report.RunResult` with the accuracy and interval of those scores.
+    """A run's per-episode test scores (its test's ``test_episodes.csv``, or its best checkpoint scored and cached
+    there) and its :class:`~lightning_episodes.analysis.report.RunResult` with the accuracy and interval of those
+    scores.
 
     Args:
         record_path: the run's ``test_results.json``.
@@ -116,7 +115,7 @@ def run_scores(
     if count == record.get("episodes") and abs(result.accuracy - float(record["accuracy"])) > 1e-6:
         warnings.warn(
             f"{cache}: the scored accuracy {result.accuracy:.6f} differs from the tested {record['accuracy']:.6f} "
-            "(another checkpoint, or other data settings than the test run's?)",
+            "(another checkpoint, other data settings than the test run's, or another device's rounding?)",
             stacklevel=2,
         )
     return table, result
@@ -196,9 +195,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     [--markdown PATH] [--device DEVICE]``.
 
     For each scenario folder (``<scenario>/seed<N>/<scheme>_<proposal>/``, as ``scripts/run_scenario.py`` lays it
-    out), scores each seed's best checkpoint of both arms on the test episodes (cached as ``test_episodes.csv``
-    beside its ``test_results.json``) and prints one Markdown row per scenario: each arm's accuracy over seeds and
-    the paired difference (treatment − baseline) with its interval, p-value and per-seed differences.
+    out), reads each seed's per-episode test scores of both arms (``test_episodes.csv`` beside its
+    ``test_results.json``, written by the test; for runs tested without one, the best checkpoint is scored on the
+    test episodes and the table cached there) and prints one Markdown row per scenario: each arm's accuracy over
+    seeds and the paired difference (treatment − baseline) with its interval, p-value and per-seed differences.
 
     Returns:
         0, or 1 (with the reason on stderr) when a seed folder, run, test record or checkpoint is missing or the

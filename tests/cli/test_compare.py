@@ -1,5 +1,6 @@
 """`lightning-episodes compare` on a scenario laid out by scripts/run_scenario.py: its row is paired_difference of
-the runs' cached per-episode test scores, which are the runs' tests; missing or mismatched runs are named."""
+the runs' per-episode test scores, which each run's test wrote (and which scoring its tested checkpoint gives, the
+path for runs tested without them); missing or mismatched runs are named."""
 
 from __future__ import annotations
 
@@ -15,8 +16,8 @@ import yaml
 
 from lightning_episodes.analysis import DifficultyTable, PairedDifference, paired_difference
 from lightning_episodes.analysis.report import combine, format_cell, read_result
+from lightning_episodes.callbacks.test_results import SCORES_FILE
 from lightning_episodes.cli import entry, run_tool
-from lightning_episodes.commands.compare import SCORES_FILE
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -45,7 +46,13 @@ def scenario(tmp_path_factory: pytest.TempPathFactory) -> Path:
     run_scenario = runpy.run_path(str(ROOT / "scripts" / "run_scenario.py"))["run_scenario"]
     run_scenario(data, ROOT / "configs/models/protonet_euclidean_conv4.yaml", root / "runs", main, schemes=["uniform"],
                  online=True, offline=False, seeds=[0, 1], extra=["--trainer.callbacks.warmup_steps=2"])  # fmt: skip
-    return root / "runs" / "tiny_5w2s__protonet_euclidean_conv4"
+    scenario = root / "runs" / "tiny_5w2s__protonet_euclidean_conv4"
+    WRITTEN_BY_TESTS.extend(sorted(scenario.rglob(SCORES_FILE)))  # before any compare could write one
+    return scenario
+
+
+#: the per-episode tables present right after the fits and their tests
+WRITTEN_BY_TESTS: list[Path] = []
 
 
 def _row(markdown: str) -> list[str]:
@@ -85,6 +92,37 @@ def test_compare_prints_the_paired_difference_of_the_cached_scores(
             scores, record = DifficultyTable.read(path.with_name(SCORES_FILE)), json.loads(path.read_text())
             assert len(scores) == record["episodes"]
             assert scores.accuracy.mean() == pytest.approx(record["accuracy"], abs=1e-6)
+
+
+@pytest.mark.slow
+def test_each_test_wrote_the_scores_that_scoring_its_checkpoint_gives(
+    scenario: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    runs = sorted(scenario.glob("seed*/*_online"))
+    assert len(runs) == 4
+    assert sorted(path.relative_to(scenario).parts[:2] for path in WRITTEN_BY_TESTS) == [
+        run.relative_to(scenario).parts for run in runs
+    ]
+    # scoring the tested (best) checkpoint again, as compare does for runs tested without a table, gives the same
+    # episodes, difficulties and accuracies: the table is the test's, per episode
+    copy = tmp_path / scenario.name
+    shutil.copytree(scenario, copy)
+    for table in copy.rglob(SCORES_FILE):
+        table.unlink()
+    assert run_tool(["compare", str(copy)]) == 0
+    assert capsys.readouterr().err.count("[compare] scoring") == 4
+    for written in WRITTEN_BY_TESTS:
+        tested, scored = DifficultyTable.read(written), DifficultyTable.read(copy / written.relative_to(scenario))
+        assert len(tested) == len(scored) == 12
+        assert all(a.same_episode(b) for a, b in zip(tested, scored, strict=True))
+        assert tested.accuracy.tolist() == scored.accuracy.tolist()
+        assert tested.difficulty == pytest.approx(scored.difficulty, rel=1e-6, abs=1e-6)
+
+    def fail(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("scored although the run's test wrote its table")
+
+    monkeypatch.setattr("lightning_episodes.commands.compare.score_episodes", fail)
+    assert run_tool(["compare", str(scenario)]) == 0
 
 
 @pytest.mark.slow

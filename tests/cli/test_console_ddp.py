@@ -1,6 +1,6 @@
 """The README's commands under 2-process CPU DDP through the real console script, in subprocesses, with the
-numbers of one process: fit (+ --test_after_fit), compare and difficulty on the runs DDP wrote, test, validate,
-and the resume command.
+numbers of one process: fit (+ --test_after_fit, whose per-episode table gathers both ranks' episodes), compare and
+difficulty on the runs DDP wrote, test, validate, and the resume command.
 
 Lightning's ``ddp`` launcher re-runs the command line for rank 1, so these must be real processes (the other DDP
 tests fork inside pytest and never run the CLI). Tiny settings: the embedded glyphs data, conv4 with 8 channels,
@@ -19,6 +19,9 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+
+from lightning_episodes.analysis import DifficultyTable
+from lightning_episodes.callbacks.test_results import SCORES_FILE
 
 ROOT = Path(__file__).resolve().parents[2]
 CLI = str(Path(sys.executable).parent / "lightning-episodes")
@@ -78,12 +81,17 @@ def test_readme_commands_under_two_process_ddp_give_the_numbers_of_one_process(t
     assert best.name.startswith("best-")
     assert torch.load(folder / "checkpoints/last.ckpt", weights_only=True)["global_step"] == 4
 
-    # compare: the paired difference of two arms of the DDP run (here the same run twice: exactly 0)
+    # compare: the paired difference of two arms of the DDP run (here the same run twice: exactly 0), from the
+    # per-episode table that the DDP test wrote (gathered from both ranks): nothing is scored again
+    ddp_table = DifficultyTable.read(folder / SCORES_FILE)
+    assert ddp_table.episode_ids.tolist() == list(range(20))
+    assert ddp_table.accuracy.mean() == pytest.approx(ddp_record["accuracy"], abs=1e-9)
     shutil.copytree(run, scenario / "seed0" / "uniform_online")
-    compared = _run("compare", str(scenario), "--device=cpu", cwd=tmp_path).stdout
-    row = next(line for line in compared.splitlines() if "| ProtoNet (Euclidean) |" in line)
+    compared = _run("compare", str(scenario), "--device=cpu", cwd=tmp_path)
+    assert "[compare] scoring" not in compared.stderr
+    row = next(line for line in compared.stdout.splitlines() if "| ProtoNet (Euclidean) |" in line)
     assert "+0.00 ± 0.00" in row
-    assert f"| {100 * ddp_record['accuracy']:.2f} ± " in row  # compare re-scores the test episodes
+    assert f"| {100 * ddp_record['accuracy']:.2f} ± " in row
 
     # difficulty on the checkpoint DDP wrote: the same 20 test episodes, the same accuracy
     scores = tmp_path / "scores.csv"
@@ -104,6 +112,10 @@ def test_readme_commands_under_two_process_ddp_give_the_numbers_of_one_process(t
     for accuracy in (ddp_record["accuracy"], ddp_again["accuracy"], scored["accuracy_mean"]):
         assert accuracy == pytest.approx(one_record["accuracy"], abs=1e-6)
     assert ddp_record["ci95"] == pytest.approx(one_record["ci95"], abs=1e-6)
+    one_table = DifficultyTable.read(evals / "logs" / "version_0" / SCORES_FILE)  # the same table, episode by episode
+    assert all(a.same_episode(b) for a, b in zip(ddp_table, one_table, strict=True))
+    assert ddp_table.accuracy.tolist() == one_table.accuracy.tolist()
+    assert ddp_table.difficulty == pytest.approx(one_table.difficulty, rel=1e-6, abs=1e-6)
     saved = torch.load(best, weights_only=True)["callbacks"]
     best_score = next(float(s["best_model_score"]) for k, s in saved.items() if "Checkpoint" in k)
     val_acc = next(line for line in validated.stdout.splitlines() if "val/acc " in f"{line} ")

@@ -1,0 +1,81 @@
+"""A test run writes ``test_episodes.csv`` beside ``test_results.json``: each fixed test episode's identity (what
+scoring the same data module names) and the difficulty and accuracy the test computed, whose mean is the recorded
+accuracy; a test of anything else leaves no table (an earlier test's is removed, not left to be mistaken for it)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+from pytorch_lightning.loggers import CSVLogger
+
+from lightning_episodes import ProtoNet
+from lightning_episodes.analysis import DifficultyTable
+from lightning_episodes.analysis.scoring import score_episodes, scoring_identities
+from lightning_episodes.callbacks.test_results import RESULTS_FILE, SCORES_FILE
+from tests.helpers import tiny_datamodule, tiny_trainer
+
+
+class Batches:
+    """A loader of ready episodes (a bare list would be taken for several loaders)."""
+
+    def __init__(self, batches: list[object]) -> None:
+        self.batches = batches
+
+    def __iter__(self) -> Iterator[object]:
+        return iter(self.batches)
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+
+def _tested(tmp_path: Path, **trainer_options: object) -> tuple[ProtoNet, Path]:
+    torch.manual_seed(0)
+    model = ProtoNet(in_channels=1, image_size=16, backbone_options={"hidden": 8})
+    datamodule = tiny_datamodule(eval_episodes_per_batch=7)  # 30 test episodes: 4 full batches and one of 2
+    trainer = tiny_trainer(max_steps=3, logger=CSVLogger(tmp_path), limit_val_batches=0, **trainer_options)
+    trainer.fit(model, datamodule=datamodule)
+    trainer.test(model, datamodule=datamodule)
+    return model, Path(trainer.log_dir or "")
+
+
+def test_the_test_writes_each_episodes_identity_and_scores(tmp_path: Path) -> None:
+    model, folder = _tested(tmp_path)
+    record = json.loads((folder / RESULTS_FILE).read_text())
+    table = DifficultyTable.read(folder / SCORES_FILE)
+    assert table.episode_ids.tolist() == list(range(30)) == list(range(record["episodes"]))
+    assert table.accuracy.mean() == pytest.approx(record["accuracy"], abs=1e-12)
+    # the identities are the data module's fixed test episodes, and the scores what scoring them gives
+    datamodule = tiny_datamodule(eval_episodes_per_batch=7)
+    datamodule.setup("test")
+    identity = scoring_identities(datamodule, "test", 30)
+    assert [list(r.classes) for r in table] == identity.classes.tolist()
+    scored = score_episodes(model, datamodule, 30, batch_size=7)
+    assert all(a.same_episode(b) for a, b in zip(table, scored, strict=True))
+    assert table.accuracy.tolist() == scored.accuracy.tolist()
+    assert table.difficulty.tolist() == scored.difficulty.tolist()  # the same batches, the same float32 losses
+
+
+def test_a_partial_test_writes_the_episodes_it_scored(tmp_path: Path) -> None:
+    _, folder = _tested(tmp_path, limit_test_batches=2)
+    record = json.loads((folder / RESULTS_FILE).read_text())
+    table = DifficultyTable.read(folder / SCORES_FILE)
+    assert record["episodes"] == 14
+    assert table.episode_ids.tolist() == list(range(14))
+    assert table.accuracy.mean() == pytest.approx(record["accuracy"], abs=1e-12)
+
+
+@pytest.mark.filterwarnings("ignore:Experiment logs directory")  # the same folder, on purpose
+def test_a_test_on_other_loaders_leaves_no_table(tmp_path: Path) -> None:
+    model, folder = _tested(tmp_path)
+    assert (folder / SCORES_FILE).is_file()
+    datamodule = tiny_datamodule(eval_episodes_per_batch=7)
+    datamodule.setup("test")
+    trainer = tiny_trainer(logger=CSVLogger(tmp_path, version=folder.name))  # the same log folder
+    episodes = [datamodule.assemble(batch, dtype=torch.float32) for batch in datamodule.test_dataloader()]
+    trainer.test(model, dataloaders=Batches(episodes))  # no data module: which episodes these are is unknown
+    assert (folder / RESULTS_FILE).is_file()
+    assert not (folder / SCORES_FILE).exists()
