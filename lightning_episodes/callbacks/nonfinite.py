@@ -40,12 +40,32 @@ def any_nonfinite(tensors: Iterable[Tensor], device: torch.device, exact: bool =
         return torch.zeros((), device=device)
     if exact:
         return torch.stack([(~torch.isfinite(t)).any().to(device) for t in tensors]).any().float()
+    return (~torch.isfinite(_stacked_norms(tensors, device))).any().float()
+
+
+def _stacked_norms(tensors: list[Tensor], device: torch.device) -> Tensor:
+    """The 2-norm of each tensor (one fused ``torch._foreach_norm``), stacked on ``device``: as they are when they
+    share a dtype and that device (the usual case: one op), else each as float32."""
     norms = torch._foreach_norm(tensors)
-    return (~torch.isfinite(torch.stack([n.to(device, torch.float32) for n in norms]))).any().float()
+    first = norms[0]
+    if all(n.dtype == first.dtype and n.device == device for n in norms):
+        return torch.stack(norms)
+    return torch.stack([n.to(device, torch.float32) for n in norms])
 
 
-def _floating_buffers(module: nn.Module) -> list[Tensor]:
-    return [b for b in module.buffers() if b.is_floating_point()]
+def _floating_state(module: nn.Module) -> tuple[list[Tensor], list[Tensor]]:
+    """The floating-point parameters and buffers of ``module``, each once (``parameters()`` and ``buffers()`` in
+    one walk over the submodules)."""
+    parameters: list[Tensor] = []
+    buffers: list[Tensor] = []
+    seen: set[int] = set()
+    for submodule in module.modules():
+        for kept, tensors in ((parameters, submodule._parameters), (buffers, submodule._buffers)):
+            for tensor in tensors.values():
+                if tensor is not None and tensor.is_floating_point() and id(tensor) not in seen:
+                    seen.add(id(tensor))
+                    kept.append(tensor)
+    return parameters, buffers
 
 
 def nonfinite_flags(module: nn.Module, grads: Iterable[Tensor] = (), exact: bool = False) -> Tensor:
@@ -56,19 +76,15 @@ def nonfinite_flags(module: nn.Module, grads: Iterable[Tensor] = (), exact: bool
     The fast check is one fused 2-norm over all three groups at once (a single ``torch._foreach_norm``), each
     kind's flag then the ``any`` of its slice: the same flags as three :func:`any_nonfinite` calls, in fewer ops.
     """
-    groups = (
-        list(grads),
-        [p for p in module.parameters() if p.is_floating_point()],
-        _floating_buffers(module),
-    )
-    device = next(module.parameters(), torch.zeros(())).device
+    parameters, buffers = _floating_state(module)
+    groups = (list(grads), parameters, buffers)
+    device = parameters[0].device if parameters else next(module.parameters(), torch.zeros(())).device
     if exact:
         return torch.stack([any_nonfinite(group, device, exact=True) for group in groups])
     tensors = [t for group in groups for t in group]
     if not tensors:
         return torch.zeros(3, device=device)
-    norms = torch._foreach_norm(tensors)
-    bad = ~torch.isfinite(torch.stack([n.to(device, torch.float32) for n in norms]))
+    bad = ~torch.isfinite(_stacked_norms(tensors, device))
     flags, start = [], 0
     for group in groups:  # slices by Python ints: no host read
         flags.append(bad[start : start + len(group)].any())
