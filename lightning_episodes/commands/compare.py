@@ -129,7 +129,13 @@ def _cached(path: Path, count: int) -> DifficultyTable | None:
     return DifficultyTable(records) if len(records) == count else None
 
 
-def _seed_folders(scenario: Path) -> list[Path]:
+def _seed_folders(scenario: Path, only: Sequence[int] | None = None) -> list[Path]:
+    """The ``seed<N>`` folders of a scenario in seed order: all of them, or those of ``only``, each required."""
+    if only:
+        missing = [scenario / f"seed{seed}" for seed in only if not (scenario / f"seed{seed}").is_dir()]
+        if missing:
+            raise FileNotFoundError(f"missing seed folder {missing[0]} (--seeds {' '.join(map(str, only))})")
+        return [scenario / f"seed{seed}" for seed in sorted(set(only))]
     seeds = [p for p in scenario.glob("seed*") if p.is_dir() and re.fullmatch(r"seed\d+", p.name)]
     if not seeds:
         raise FileNotFoundError(f"no seed<N> folders in {scenario} (a folder laid out by scripts/run_scenario.py)")
@@ -137,18 +143,24 @@ def _seed_folders(scenario: Path) -> list[Path]:
 
 
 def compare_scenario(
-    scenario: Path, baseline: str, treatment: str, count: int | None = None, device: str | torch.device = "cpu"
+    scenario: Path,
+    baseline: str,
+    treatment: str,
+    count: int | None = None,
+    device: str | torch.device = "cpu",
+    seeds: Sequence[int] | None = None,
 ) -> list[str]:
-    """The entries of one row of :func:`main`'s table: the scenario, both arms and their paired difference.
+    """The entries of one row of :func:`main`'s table: the scenario, both arms and their paired difference, over
+    every ``seed<N>`` folder or those of ``seeds``.
 
     Raises:
         FileNotFoundError: naming a missing seed or run folder, test record or checkpoint.
         ValueError: if the runs test different scenarios or episodes.
     """
-    seeds = _seed_folders(scenario)
+    folders = _seed_folders(scenario, seeds)
     arms: dict[str, tuple[list[DifficultyTable], list[RunResult]]] = {}
     for arm in (baseline, treatment):
-        scored = [run_scores(run_record(seed / arm), count, device) for seed in seeds]
+        scored = [run_scores(run_record(seed / arm), count, device) for seed in folders]
         arms[arm] = ([table for table, _ in scored], [result for _, result in scored])
     results = arms[baseline][1] + arms[treatment][1]
     for result in results[1:]:
@@ -160,9 +172,9 @@ def compare_scenario(
     try:
         difference = paired_difference(arms[baseline][0], arms[treatment][0])
     except ValueError as error:  # its tables are numbered in seed order
-        raise ValueError(f"{scenario} ({', '.join(seed.name for seed in seeds)}): {error}") from None
+        raise ValueError(f"{scenario} ({', '.join(seed.name for seed in folders)}): {error}") from None
     per_seed = ", ".join(
-        f"{seed.name} {100 * d:+.2f}" for seed, d in zip(seeds, difference.seed_differences or (), strict=True)
+        f"{seed.name} {100 * d:+.2f}" for seed, d in zip(folders, difference.seed_differences or (), strict=True)
     )
     return [
         results[0].column.label,
@@ -185,6 +197,9 @@ def parser() -> Any:
     parser.add_argument("--baseline", type=str, default="baseline_online", help="run folder of the baseline arm")
     parser.add_argument("--treatment", type=str, default="uniform_online", help="run folder of the treatment arm")
     parser.add_argument("--episodes", type=int | None, default=None, help="test episodes (default: each run's own)")
+    parser.add_argument(
+        "--seeds", type=list[int] | None, default=None, help="only these seed<N> folders, e.g. [0,1] (default: all)"
+    )
     parser.add_argument("--markdown", type=Path | None, default=None, help="also write the Markdown table here")
     add_device_argument(parser)
     return parser
@@ -192,7 +207,7 @@ def parser() -> Any:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``lightning-episodes compare SCENARIO_DIR... [--baseline NAME] [--treatment NAME] [--episodes N]
-    [--markdown PATH] [--device DEVICE]``.
+    [--seeds N...] [--markdown PATH] [--device DEVICE]``.
 
     For each scenario folder (``<scenario>/seed<N>/<scheme>_<proposal>/``, as ``scripts/run_scenario.py`` lays it
     out), reads each seed's per-episode test scores of both arms (``test_episodes.csv`` beside its
@@ -218,7 +233,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ]
     try:
         for scenario in args.scenarios:
-            entries = compare_scenario(scenario, args.baseline, args.treatment, args.episodes, device)
+            entries = compare_scenario(scenario, args.baseline, args.treatment, args.episodes, device, args.seeds)
             lines.append("| " + " | ".join(entries) + " |")
     except (FileNotFoundError, ValueError) as error:
         print(f"lightning-episodes compare: error: {error}", file=sys.stderr)

@@ -141,6 +141,24 @@ def test_compare_reuses_the_cache_and_takes_fewer_episodes(
 
 
 @pytest.mark.slow
+def test_compare_takes_the_seeds_it_is_given(scenario: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    records = {arm: read_result(next((scenario / "seed1" / arm).rglob("test_results.json")))
+               for arm in ("baseline_online", "uniform_online")}  # fmt: skip
+    assert run_tool(["compare", str(scenario), "--seeds", "[1]"]) == 0
+    row = _row(capsys.readouterr().out)
+    assert row[2:4] == [
+        format_cell(combine([records["baseline_online"]])),
+        format_cell(combine([records["uniform_online"]])),
+    ]
+    assert row[6].startswith("seed1 ")
+    assert "seed0" not in row[6]
+    assert run_tool(["compare", str(scenario), "--seeds", "[0,1]"]) == 0
+    assert _row(capsys.readouterr().out)[6].startswith("seed0 ")
+    assert run_tool(["compare", str(scenario), "--seeds", "[1,7]"]) == 1
+    assert f"missing seed folder {scenario / 'seed7'} (--seeds 1 7)" in capsys.readouterr().err
+
+
+@pytest.mark.slow
 def test_compare_names_a_missing_run_or_seed_folder(scenario: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert run_tool(["compare", str(scenario), "--treatment", "easy_online"]) == 1
     assert f"missing run folder {scenario / 'seed0' / 'easy_online'}" in capsys.readouterr().err
