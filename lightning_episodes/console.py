@@ -25,7 +25,8 @@ PROG = "lightning-episodes"
 TRAINER_COMMANDS = {
     "fit": "train a model on episodes, validating and checkpointing (--test_after_fit true also tests it)",
     "validate": "evaluate a model (--ckpt_path FILE|best|last) on the fixed validation episodes",
-    "test": "evaluate a model (--ckpt_path FILE|best|last) on the fixed test episodes; writes test_results.json",
+    "test": "evaluate a model (--ckpt_path FILE|best|last) on the fixed test episodes; writes test_results.json and "
+    "test_episodes.csv",
 }
 #: A tool: ``(module with main(argv) -> int, one-line help)``.
 Tool = tuple[str, str]
