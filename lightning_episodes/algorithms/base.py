@@ -355,9 +355,8 @@ class EpisodicModule(pl.LightningModule):
     @override
     def on_test_epoch_end(self) -> None:
         self.test_results = self._log_evaluation("test", self.test_accuracy, self.test_loss)
-        trainer = self.trainer
         gather = cast(Callable[[Tensor], Tensor], self.all_gather)
-        self.test_episode_scores = self._test_scores.compute(gather, trainer.world_size, self.device)
+        self.test_episode_scores = self._test_scores.compute(gather, self.trainer.world_size, self.device)
         self._test_scores.reset()
 
     @override
