@@ -289,7 +289,7 @@ class EpisodicModule(pl.LightningModule):
         from lightning_episodes.callbacks.nonfinite import NonFiniteError, nonfinite_flags, nonfinite_report
 
         outputs = torch.zeros((), device=self.device) if outputs is None else outputs.to(self.device)
-        flags = torch.cat([nonfinite_flags(self, exact=True)[1:], outputs.reshape(1)])
+        flags = torch.cat([nonfinite_flags(self)[1:], outputs.reshape(1)])
         bad = [flag > 0 for flag in self.trainer.strategy.reduce(flags, reduce_op="sum").tolist()]
         if any(bad):
             what = nonfinite_report(self, [False, *bad[:2]]) if any(bad[:2]) else "non-finite losses or accuracies"

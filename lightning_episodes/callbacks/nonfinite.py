@@ -10,7 +10,8 @@ model with non-finite parameters, buffers or outputs (:func:`nonfinite_report`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import math
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import pytorch_lightning as pl
@@ -28,68 +29,50 @@ class NonFiniteError(RuntimeError):
     """Training or evaluation met NaN or inf values where there must be none; the message says where."""
 
 
-def any_nonfinite(tensors: Iterable[Tensor], device: torch.device, exact: bool = False) -> Tensor:
-    """A 0-d float tensor: 1 if any element of ``tensors`` is NaN or ±inf, else 0 — without a host sync.
+def any_nonfinite(tensors: Iterable[Tensor], device: torch.device) -> Tensor:
+    """A 0-d float tensor on ``device``: 1 if any element of ``tensors`` is NaN or ±inf, else 0 (``isfinite`` of
+    each tensor; no host sync)."""
+    flags = [(~torch.isfinite(t)).any().to(device) for t in tensors]
+    return torch.stack(flags).any().float() if flags else torch.zeros((), device=device)
 
-    By default one fused 2-norm per tensor (``torch._foreach_norm``; NaN and inf propagate into it): the cheapest
-    reduction (on a CPU thread 5-15x cheaper than a max-|x| or an ``isfinite`` pass), but its squares overflow for
-    finite values above ~1e19, so a 1 is only a suspicion. ``exact=True`` uses ``isfinite`` itself.
+
+def nonfinite_suspicion(tensors: list[Tensor], device: torch.device) -> Tensor:
+    """A 0-d tensor on ``device`` that is NaN or ±inf if some element of ``tensors`` is, finite otherwise — the
+    cheapest such reduction, without a host sync.
+
+    The sum of one fused 2-norm per tensor (``torch._foreach_norm``; NaN and inf propagate into both): on a CPU thread
+    5-15x cheaper than a max-|x| or an ``isfinite`` pass, and one value to read. Its squares overflow for finite
+    values above ~1e19 (the sum, for norms near the dtype's maximum), so a non-finite result is only a suspicion:
+    :func:`any_nonfinite` decides.
     """
-    tensors = list(tensors)
     if not tensors:
         return torch.zeros((), device=device)
-    if exact:
-        return torch.stack([(~torch.isfinite(t)).any().to(device) for t in tensors]).any().float()
-    return (~torch.isfinite(_stacked_norms(tensors, device))).any().float()
-
-
-def _stacked_norms(tensors: list[Tensor], device: torch.device) -> Tensor:
-    """The 2-norm of each tensor (one fused ``torch._foreach_norm``), stacked on ``device``: as they are when they
-    share a dtype and that device (the usual case: one op), else each as float32."""
     norms = torch._foreach_norm(tensors)
     first = norms[0]
     if all(n.dtype == first.dtype and n.device == device for n in norms):
-        return torch.stack(norms)
-    return torch.stack([n.to(device, torch.float32) for n in norms])
+        return torch.stack(norms).sum()
+    return torch.stack([n.to(device, torch.float32) for n in norms]).sum()
 
 
-def _floating_state(module: nn.Module) -> tuple[list[Tensor], list[Tensor]]:
-    """The floating-point parameters and buffers of ``module``, each once (``parameters()`` and ``buffers()`` in
-    one walk over the submodules)."""
-    parameters: list[Tensor] = []
-    buffers: list[Tensor] = []
-    seen: set[int] = set()
-    for submodule in module.modules():
-        for kept, tensors in ((parameters, submodule._parameters), (buffers, submodule._buffers)):
-            for tensor in tensors.values():
-                if tensor is not None and tensor.is_floating_point() and id(tensor) not in seen:
-                    seen.add(id(tensor))
-                    kept.append(tensor)
-    return parameters, buffers
+def _state_owners(module: nn.Module) -> list[Mapping[str, Tensor | None]]:
+    """The ``_parameters`` and ``_buffers`` dictionaries of every submodule of ``module`` (one walk). Read live, they
+    show a tensor that replaced another under the same name (``module.to(...)``, ``module.x = tensor``)."""
+    return [owned for m in module.modules() for owned in (m._parameters, m._buffers) if owned]
 
 
-def nonfinite_flags(module: nn.Module, grads: Iterable[Tensor] = (), exact: bool = False) -> Tensor:
-    """``[3]`` flags (1 = some NaN/inf) for ``grads``, the parameters and the floating-point buffers of
-    ``module``, in the order of :data:`KINDS`, on the module's device, without a host sync (see
-    :func:`any_nonfinite` for ``exact``).
+def _floating(owners: list[Mapping[str, Tensor | None]]) -> list[Tensor]:
+    """The floating-point tensors held in ``owners``, each once."""
+    tensors = {id(t): t for owned in owners for t in owned.values() if t is not None and t.is_floating_point()}
+    return list(tensors.values())
 
-    The fast check is one fused 2-norm over all three groups at once (a single ``torch._foreach_norm``), each
-    kind's flag then the ``any`` of its slice: the same flags as three :func:`any_nonfinite` calls, in fewer ops.
-    """
-    parameters, buffers = _floating_state(module)
-    groups = (list(grads), parameters, buffers)
+
+def nonfinite_flags(module: nn.Module, grads: Iterable[Tensor] = ()) -> Tensor:
+    """``[3]`` flags (1 = some NaN/inf, by ``isfinite``) for ``grads``, the parameters and the floating-point
+    buffers of ``module``, in the order of :data:`KINDS`, on the module's device, without a host sync."""
+    parameters = _floating([m._parameters for m in module.modules()])
+    buffers = _floating([m._buffers for m in module.modules()])
     device = parameters[0].device if parameters else next(module.parameters(), torch.zeros(())).device
-    if exact:
-        return torch.stack([any_nonfinite(group, device, exact=True) for group in groups])
-    tensors = [t for group in groups for t in group]
-    if not tensors:
-        return torch.zeros(3, device=device)
-    bad = ~torch.isfinite(_stacked_norms(tensors, device))
-    flags, start = [], 0
-    for group in groups:  # slices by Python ints: no host read
-        flags.append(bad[start : start + len(group)].any())
-        start += len(group)
-    return torch.stack(flags).float()
+    return torch.stack([any_nonfinite(group, device) for group in (grads, parameters, buffers)])
 
 
 def nonfinite_report(module: nn.Module, flags: list[bool], grads: dict[str, Tensor] | None = None) -> str:
@@ -120,13 +103,15 @@ class NonFiniteGuard(Callback):
     in a row the run stops with :class:`NonFiniteError`. Non-finite parameters or batch-norm statistics do not
     recover by skipping, so such a run stops after ``max_consecutive`` steps.
 
-    Cost per step: one fused 2-norm per gradient, parameter and buffer (ProtoNet ResNet-12, 8 M parameters, on one
-    CPU thread: ~15 ms; conv4: ~0.6 ms), one all-reduce of 3 numbers under DDP (so that every rank skips the same
-    steps) and one host read of them; an exact ``isfinite`` check confirms a suspicious step. Under 16-bit mixed
-    precision the gradient scaler skips overflowing steps itself; only the parameters and buffers are checked then.
-    The read is not deferred (on a GPU it waits for the step's kernels, ~2.6 ms a step of conv4 on an H200): a step
-    is judged before its optimiser step, so no non-finite step ever updates the parameters, and a diverged run
-    stops at exactly its ``max_consecutive``-th non-finite step in a row.
+    Cost per step: one fused 2-norm per gradient, parameter and buffer, summed into one number
+    (:func:`nonfinite_suspicion`; ProtoNet ResNet-12, 8 M parameters, on one CPU thread: ~15 ms; conv4: ~0.2 ms),
+    one all-reduce of it under DDP (so that every rank skips the same steps) and one host read; an exact
+    ``isfinite`` check of each tensor decides a suspicious step. The parameters and buffers are those of the
+    submodules found at the start of each training epoch. Under 16-bit mixed precision the gradient scaler skips
+    overflowing steps itself; only the parameters and buffers are checked then. The read is not deferred (on a GPU
+    it waits for the step's kernels, ~2.6 ms a step of conv4 on an H200): a step is judged before its optimiser
+    step, so no non-finite step ever updates the parameters, and a diverged run stops at exactly its
+    ``max_consecutive``-th non-finite step in a row.
 
     :class:`~lightning_episodes.EpisodicModule` adds a ``NonFiniteGuard()`` to every Trainer without one: list
     one in ``trainer.callbacks`` to change ``max_consecutive``.
@@ -150,6 +135,16 @@ class NonFiniteGuard(Callback):
         #: non-finite steps skipped in this run, and how many in a row up to the last step
         self.skipped_steps = 0
         self.consecutive = 0
+        self._owners: list[Mapping[str, Tensor | None]] | None = None
+
+    @override
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        # the walk over the submodules, once an epoch rather than every step (the dictionaries are read live)
+        self._owners = _state_owners(pl_module)
+
+    @override
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        self._owners = None
 
     @override
     def on_before_optimizer_step(
@@ -158,11 +153,19 @@ class NonFiniteGuard(Callback):
         params = [p for group in optimizer.param_groups for p in group["params"]]
         scaler = getattr(trainer.precision_plugin, "scaler", None)
         grads = [] if scaler is not None else [p.grad for p in params if p.grad is not None]
-        bad = self._reduced_flags(trainer, pl_module, grads, exact=False)  # the one host read of the step
-        if any(bad):
-            # the fast check may have met a finite value above ~1e19: confirm exactly (every rank is here, since the
-            # flags were summed over the ranks)
-            bad = self._reduced_flags(trainer, pl_module, grads, exact=True)
+        if self._owners is None:
+            self._owners = _state_owners(pl_module)
+        with torch.no_grad():  # the hook runs inside the optimiser's closure, where autograd records
+            suspicion = nonfinite_suspicion(grads + _floating(self._owners), pl_module.device)
+        # summed over ranks (every rank skips the same steps: DDP averages gradients, but buffers are per rank); the
+        # one host read of the step
+        if math.isfinite(trainer.strategy.reduce(suspicion, reduce_op="sum").item()):
+            self.consecutive = 0
+            return
+        # the fast check may have met a finite value above ~1e19: decide exactly (every rank is here, since the
+        # suspicion was summed over the ranks)
+        flags = trainer.strategy.reduce(nonfinite_flags(pl_module, grads), reduce_op="sum")
+        bad = [flag > 0 for flag in flags.tolist()]
         if not any(bad):
             self.consecutive = 0
             return
@@ -184,14 +187,6 @@ class NonFiniteGuard(Callback):
             f"step {step}: {report}; the step is skipped ({self.consecutive} in a row, training stops at "
             f"NonFiniteGuard.max_consecutive={self.max_consecutive})"
         )
-
-    @staticmethod
-    def _reduced_flags(
-        trainer: pl.Trainer, pl_module: pl.LightningModule, grads: list[Tensor], exact: bool
-    ) -> list[bool]:
-        # summed over ranks: every rank skips the same steps (DDP averages gradients, but buffers are per rank)
-        flags = trainer.strategy.reduce(nonfinite_flags(pl_module, grads, exact), reduce_op="sum")
-        return [flag > 0 for flag in flags.tolist()]
 
     @override
     def state_dict(self) -> dict[str, Any]:

@@ -3,6 +3,7 @@ every rank together; evaluating a non-finite model is an error, never a number."
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ from torch import Tensor
 from lightning_episodes import ProtoNet
 from lightning_episodes.algorithms.base import EpisodeOutput
 from lightning_episodes.callbacks import NonFiniteError, NonFiniteGuard
-from lightning_episodes.callbacks.nonfinite import any_nonfinite, nonfinite_flags
+from lightning_episodes.callbacks.nonfinite import any_nonfinite, nonfinite_flags, nonfinite_suspicion
 from lightning_episodes.cli import main
 from lightning_episodes.data.episode import Episode
 from tests.helpers import tiny_datamodule, tiny_trainer
@@ -26,7 +27,6 @@ def sgd(lr: float) -> Any:
     return lambda params: torch.optim.SGD(params, lr=lr)
 
 
-@pytest.mark.parametrize("exact", [False, True])
 @pytest.mark.parametrize(
     ("values", "expected"),
     [
@@ -34,17 +34,20 @@ def sgd(lr: float) -> Any:
         ([torch.ones(3), torch.tensor([1.0, float("inf")])], 1.0),
         ([torch.tensor([float("nan")], dtype=torch.float64), torch.ones(1)], 1.0),
         ([torch.tensor([float("-inf")], dtype=torch.bfloat16)], 1.0),
+        ([torch.tensor([-1e30, 0.0, float("inf")]), torch.tensor([float("nan")])], 1.0),
         ([], 0.0),
     ],
 )
-def test_any_nonfinite(values: list[Tensor], expected: float, exact: bool) -> None:
-    assert float(any_nonfinite(values, torch.device("cpu"), exact)) == expected
+def test_any_nonfinite_and_the_fast_suspicion(values: list[Tensor], expected: float) -> None:
+    cpu = torch.device("cpu")
+    assert float(any_nonfinite(values, cpu)) == expected
+    assert (not math.isfinite(float(nonfinite_suspicion(values, cpu)))) == bool(expected)
 
 
 def test_a_large_finite_value_is_only_a_suspicion_of_the_fast_check() -> None:
     large = [torch.full((3,), 3e38)]  # finite, but its squares overflow the fast 2-norm
-    assert float(any_nonfinite(large, torch.device("cpu"))) == 1.0
-    assert float(any_nonfinite(large, torch.device("cpu"), exact=True)) == 0.0
+    assert not math.isfinite(float(nonfinite_suspicion(large, torch.device("cpu"))))
+    assert float(any_nonfinite(large, torch.device("cpu"))) == 0.0
 
 
 def test_a_large_finite_buffer_does_not_skip_the_step() -> None:
@@ -107,6 +110,24 @@ def test_a_nonfinite_step_is_skipped_counted_and_training_goes_on() -> None:
     assert after.changed == {0: True, 1: True, 2: False, 3: True, 4: True, 5: True}  # Adam: no moment moved either
     assert (guard.skipped_steps, guard.consecutive) == (1, 0)
     assert guard.state_dict() == {"skipped_steps": 1, "consecutive": 0}
+
+
+def test_a_buffer_replaced_during_training_is_checked() -> None:
+    """The guard finds the submodules once an epoch but reads their tensors every step: a batch-norm buffer
+    re-assigned (not updated in place) in the middle of an epoch is checked from that step on."""
+
+    class ReplaceAt(Callback):
+        def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: Any) -> None:
+            if trainer.global_step == 2:
+                norm = pl_module.backbone.blocks[2].norm  # type: ignore[union-attr, index]
+                norm.running_var = torch.full_like(norm.running_var, float("inf"))
+
+    trainer = tiny_trainer(max_steps=10, limit_val_batches=0, callbacks=[ReplaceAt(), NonFiniteGuard(2)])
+    with (
+        pytest.warns(UserWarning, match=r"step 2: non-finite buffers \(backbone.blocks.2.norm.running_var\)"),
+        pytest.raises(NonFiniteError, match=r"training stopped at step 3: 2 steps in a row with non-finite buffers"),
+    ):
+        trainer.fit(ProtoNet(image_size=16), tiny_datamodule())
 
 
 def test_the_guard_is_always_there_and_a_listed_one_is_kept() -> None:
@@ -237,9 +258,9 @@ def test_the_console_reports_a_diverged_run_in_one_line(
 
 
 @pytest.mark.parametrize("where", ["none", "gradients", "parameters", "buffers", "all"])
-def test_the_fused_flags_are_each_kinds_own_check(where: str) -> None:
-    """The one fused 2-norm over gradients, parameters and buffers flags exactly the kinds that a separate check of
-    each flags (an empty gradient list included)."""
+def test_the_flags_name_each_kind_and_the_suspicion_sees_any(where: str) -> None:
+    """The flags of gradients, parameters and buffers are each kind's own ``isfinite`` check (an empty gradient
+    list included); the guard's one-number suspicion is non-finite exactly when one of them is."""
     model = ProtoNet(image_size=16)
     grads = [torch.ones_like(p) for p in model.parameters()]
     with torch.no_grad():
@@ -251,8 +272,9 @@ def test_the_fused_flags_are_each_kinds_own_check(where: str) -> None:
             model.backbone.blocks[1].norm.running_mean[0] = float("nan")
     for given in (grads, []):
         buffers = [b for b in model.buffers() if b.is_floating_point()]
-        expected = [
-            float(any_nonfinite(group, torch.device("cpu"))) for group in (given, list(model.parameters()), buffers)
-        ]
+        groups = (given, list(model.parameters()), buffers)
+        expected = [float(any(not bool(torch.isfinite(t).all()) for t in group)) for group in groups]
         assert nonfinite_flags(model, given).tolist() == expected
-        assert nonfinite_flags(model, given, exact=True).tolist() == expected
+        with torch.no_grad():
+            suspicion = nonfinite_suspicion([t for group in groups for t in group], torch.device("cpu"))
+        assert (not math.isfinite(float(suspicion))) == any(expected)
