@@ -68,13 +68,13 @@ def read_record(pending: WeightingStep, weighted: Any) -> tuple[WeightingStep, i
     """The step's record on the host (float64 on the CPU) and the loss's ``skipped`` and ``nonfinite`` counters.
 
     The step's one read from the device: the difficulties, the weights, the raw weights and both counters are
-    concatenated on the device (float32 on MPS, which has no float64) and moved in a single transfer.
+    concatenated on the device (the counters in float64, or float32 on MPS, which has no float64: the concatenation
+    promotes every part to it) and moved in a single transfer.
     """
     assert pending.raw_weights is not None
-    dtype = stat_dtype(pending.difficulties.device)
-    size = pending.difficulties.numel()
-    parts = (pending.difficulties, pending.weights, pending.raw_weights, weighted.skipped, weighted.nonfinite)
-    host = torch.cat([p.reshape(-1).to(dtype) for p in parts]).to("cpu", torch.float64)
-    difficulties, weights, raw = host[:size], host[size : 2 * size], host[2 * size : 3 * size]
-    skipped, nonfinite = (int(v) for v in host[3 * size :].tolist())
+    counters = torch.stack([weighted.skipped, weighted.nonfinite]).to(stat_dtype(pending.difficulties.device))
+    parts = (pending.difficulties, pending.weights, pending.raw_weights, counters)
+    host = torch.cat(parts).to("cpu", torch.float64)
+    difficulties, weights, raw, counts = host.split([p.numel() for p in parts])
+    skipped, nonfinite = (int(v) for v in counts.tolist())
     return pending._replace(difficulties=difficulties, weights=weights, raw_weights=raw), skipped, nonfinite

@@ -179,8 +179,21 @@ def better_proposal(
     return (best if finite[best] > finite[chosen] + margin else None), scores
 
 
+def _host_values(values: Tensor) -> np.ndarray:
+    """``values`` as a flat float64 NumPy array on the host (a view where they already are one)."""
+    return values.detach().to("cpu", torch.float64).reshape(-1).numpy()
+
+
+def _appended(window: Tensor, values: np.ndarray, size: int) -> Tensor:
+    """The last ``size`` of ``window`` followed by ``values`` (a float64 CPU tensor)."""
+    return torch.from_numpy(np.concatenate([window.numpy(), values])[-size:])
+
+
 class WeightingDiagnostics:
     """Windows of the last ``window`` difficulties and weights (global batch order) for the logged diagnostics.
+
+    :meth:`observe` only keeps a step's values aside; they enter the windows when these are read (at most
+    ``window`` values later): the windows cost the training step a list append, not a few tensor operations.
 
     Args:
         window: number of recent values kept in each window.
@@ -188,16 +201,43 @@ class WeightingDiagnostics:
 
     def __init__(self, window: int = 1000) -> None:
         self.window = window
-        self.difficulties = torch.zeros(0, dtype=torch.float64)
-        self.weights = torch.zeros(0, dtype=torch.float64)
+        self._difficulties = torch.zeros(0, dtype=torch.float64)
+        self._weights = torch.zeros(0, dtype=torch.float64)
+        self._pending: list[tuple[Tensor, Tensor | None]] = []
+        self._pending_values = 0
+
+    @property
+    def difficulties(self) -> Tensor:
+        """The last ``window`` finite difficulties observed (float64, CPU)."""
+        self._absorb_pending()
+        return self._difficulties
+
+    @property
+    def weights(self) -> Tensor:
+        """The last ``window`` weights observed after the warm-up (float64, CPU)."""
+        self._absorb_pending()
+        return self._weights
 
     def observe(self, difficulties: Tensor, weights: Tensor | None) -> None:
-        """Appends a step's finite difficulties, and its weights unless ``None`` (the warm-up's are all 1)."""
-        d = difficulties.detach().to("cpu", torch.float64).flatten()
-        self.difficulties = torch.cat([self.difficulties, d[torch.isfinite(d)]])[-self.window :]
-        if weights is not None:
-            w = weights.detach().to("cpu", torch.float64).flatten()
-            self.weights = torch.cat([self.weights, w])[-self.window :]
+        """Appends a step's finite difficulties, and its weights unless ``None`` (the warm-up's are all 1).
+
+        The tensors are read later, when the windows are: they must not be changed in place afterwards.
+        """
+        self._pending.append((difficulties, weights))
+        self._pending_values += difficulties.numel()
+        if self._pending_values >= self.window:  # bounded memory when nothing reads the windows
+            self._absorb_pending()
+
+    def _absorb_pending(self) -> None:
+        # in NumPy: a few dozen values on the host, where each torch op costs more than the arithmetic
+        if not self._pending:
+            return
+        d = np.concatenate([_host_values(d) for d, _ in self._pending])
+        self._difficulties = _appended(self._difficulties, d[np.isfinite(d)], self.window)
+        weights = [_host_values(w) for _, w in self._pending if w is not None]
+        if weights:
+            self._weights = _appended(self._weights, np.concatenate(weights), self.window)
+        self._pending, self._pending_values = [], 0
 
     def summary(self, log_difficulty: bool = False) -> dict[str, float]:
         """``pareto_k`` of the weights, ``skewness`` and ``normality_p`` of the difficulties (and of their logs)."""
@@ -216,7 +256,8 @@ class WeightingDiagnostics:
         return {"difficulties": self.difficulties.clone(), "weights": self.weights.clone()}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self._pending, self._pending_values = [], 0
         for key in ("difficulties", "weights"):
             value = state.get(key)
             tensor = torch.zeros(0) if value is None else torch.as_tensor(value)
-            setattr(self, key, tensor.to("cpu", torch.float64).flatten()[-self.window :])
+            setattr(self, f"_{key}", tensor.to("cpu", torch.float64).flatten()[-self.window :])

@@ -149,26 +149,20 @@ def _weighted_loss(
 ) -> tuple[Tensor, Tensor]:
     """Returns the loss and the reduced statistics ``[sum w, sum w^2, |B|, non-finite, ESS]``."""
     _check_inputs(losses, weights, normalization, world_size, denominator)
+    # (few, small ops: a step's handful of episodes costs the dispatch of each op, not its arithmetic)
     dtype = stat_dtype(losses.device)
     finite = torch.isfinite(losses.detach())
-    w = _clean_weights(weights.to(losses.device), dtype)
-    w = torch.where(finite, w, torch.zeros_like(w))
+    w = weights.detach().to(losses.device, dtype)
+    w = torch.where(finite & torch.isfinite(w) & (w > 0), w, 0.0)
     # Mask before the product: 0 * inf is NaN.
-    masked = torch.where(finite, losses, torch.zeros_like(losses)).to(dtype)
-    local = torch.stack(
-        [
-            w.sum(),
-            (w * w).sum(),
-            torch.full((), float(losses.numel()), dtype=dtype, device=losses.device),  # no host-to-device copy
-            (~finite).sum().to(dtype),
-        ]
-    )
+    masked = torch.where(finite, losses, 0.0).to(dtype)
+    size = torch.full((), float(losses.numel()), dtype=dtype, device=losses.device)  # no host-to-device copy
+    local = torch.stack([w.sum(), (w * w).sum(), size, (~finite).sum().to(dtype)])
     stats = local if reduce is None else reduce(local).to(device=losses.device, dtype=dtype)
-    s1, s2 = stats[0], stats[1]
+    s1, s2, size, _ = stats.unbind()
     ok = (s1 > 0) & (s2 > 0) & torch.isfinite(s1) & torch.isfinite(s2)
-    one = torch.ones_like(s1)
     # s1 * (s1 / s2) rather than s1^2 / s2: no overflow; Cauchy-Schwarz bounds it by |B| (rounding aside).
-    ess = torch.where(ok, s1 * (s1 / torch.where(ok, s2, one)), torch.zeros_like(s1)).clamp(max=stats[2])
+    ess = torch.where(ok, s1 * (s1 / torch.where(ok, s2, 1.0)), 0.0).clamp(max=size)
     ok = ok & (ess > 0) & torch.isfinite(ess)
     if normalization == "fixed":
         assert denominator is not None  # checked above
@@ -177,12 +171,12 @@ def _weighted_loss(
         else:
             divide_by = torch.full((), float(denominator), dtype=dtype, device=losses.device)
         ok = ok & torch.isfinite(divide_by) & (divide_by > 0)  # a tensor is checked here, without a sync
-        divide_by = torch.where(ok, divide_by, one)
+        divide_by = torch.where(ok, divide_by, 1.0)
     else:
-        divide_by = torch.where(ok, ess if normalization == "ess" else s1, one)
+        divide_by = torch.where(ok, ess if normalization == "ess" else s1, 1.0)
     weighted = (w * masked).sum() * (world_size / divide_by)
     loss = torch.where(ok, weighted, 0.0 * masked.sum())
-    stats = torch.cat([stats, torch.where(ok, ess, torch.zeros_like(ess)).unsqueeze(0)])
+    stats = torch.cat([stats, torch.where(ok, ess, 0.0).unsqueeze(0)])
     return loss.to(losses.dtype), stats.detach()
 
 
@@ -230,7 +224,8 @@ def weighted_loss(
     """
     loss, stats = _weighted_loss(losses, weights, normalization, reduce, world_size, denominator)
     s1, s2, size, nonfinite, ess = stats.unbind()
-    batch_over_ess = torch.where(ess > 0, size / torch.where(ess > 0, ess, torch.ones_like(ess)), 0.0 * ess)
+    positive = ess > 0
+    batch_over_ess = torch.where(positive, size / torch.where(positive, ess, 1.0), 0.0)
     return WeightedLoss(
         loss=loss,
         ess=ess,
@@ -238,7 +233,7 @@ def weighted_loss(
         sum_squared_weights=s2,
         batch_size=size,
         batch_over_ess=batch_over_ess,
-        skipped=~(ess > 0),
+        skipped=~positive,
         nonfinite=nonfinite.to(torch.int64),
     )
 

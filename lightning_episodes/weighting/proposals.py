@@ -299,7 +299,7 @@ class LogNormalProposal(NormalProposal):
     name = "lognormal"
 
     def _transform(self, difficulties: Tensor) -> Tensor:
-        return torch.where(difficulties > 0, difficulties, torch.full_like(difficulties, math.nan)).log()
+        return torch.where(difficulties > 0, difficulties, math.nan).log()
 
     def log_density(self, x: Tensor) -> Tensor:
         log_x = self._transform(x)
@@ -313,7 +313,7 @@ class LogNormalProposal(NormalProposal):
     def weights(
         self, difficulties: Tensor, target: Target, out_of_support: str = "zero", progress: float | None = None
     ) -> Tensor:
-        positive = torch.where(difficulties > 0, difficulties, torch.full_like(difficulties, math.nan))
+        positive = torch.where(difficulties > 0, difficulties, math.nan)
         return Proposal.weights(self, positive, target, out_of_support, progress)
 
 
@@ -362,7 +362,6 @@ class EmpiricalProposal(Proposal):
         finite = values[torch.isfinite(values)]
         self._nonfinite += values.numel() - finite.numel()
         self._data = torch.cat([self._data, finite])[-self.window :]
-        self._summarise()
 
     @property
     def data(self) -> Tensor:

@@ -85,10 +85,9 @@ def _checked(
 
 
 def _finished(w: Tensor, valid: Tensor, device: torch.device, dtype: torch.dtype) -> Tensor:
-    """Weight 0 outside ``valid`` and for non-positive or NaN weights, overflow capped at ``dtype``'s maximum."""
-    w = torch.where(valid & (w > 0), w, torch.zeros_like(w))
-    w = torch.nan_to_num(w, nan=0.0, posinf=torch.finfo(dtype).max).clamp(max=torch.finfo(dtype).max)
-    return w.to(device=device, dtype=dtype)
+    """Weight 0 outside ``valid`` and for non-positive or NaN weights, overflow (+inf included) capped at ``dtype``'s
+    maximum."""
+    return torch.where(valid & (w > 0), w, 0.0).clamp(max=torch.finfo(dtype).max).to(device=device, dtype=dtype)
 
 
 def support_interval(
@@ -178,7 +177,7 @@ def importance_weights(
     inside = finite & (x >= low) & (x <= high)
     z = ((x - m) / s).clamp(-c, c)  # clamp: the nearest end of S, also for z = +-inf
     valid = inside if out_of_support == "zero" else finite & ~torch.isnan(z)
-    z = torch.where(valid, z, torch.zeros_like(z))
+    z = torch.where(valid, z, 0.0)
 
     normalizer = target_obj.normalizer(c, progress)
     if not (math.isfinite(normalizer) and normalizer > 0):
@@ -248,7 +247,7 @@ def density_ratio_weights(
     center, scale = 0.5 * (low + high), (high - low) / (2.0 * c)
     inside = finite & (x >= low) & (x <= high)
     valid = inside if out_of_support == "zero" else finite
-    x = torch.where(valid, x.clamp(low, high), torch.full_like(x, center))
+    x = torch.where(valid, x.clamp(low, high), center)
     z = ((x - center) / scale).clamp(-c, c)
     normalizer = target_obj.normalizer(c, progress)
     if not (math.isfinite(normalizer) and normalizer > 0):

@@ -8,6 +8,8 @@ import math
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy import stats
 
 from lightning_episodes.weighting import (
@@ -87,6 +89,41 @@ def test_the_held_out_comparison_names_the_model_of_the_data() -> None:
     few, few_scores = better_proposal(lognormal[:50], "normal")  # too few values: no verdict
     assert few is None
     assert all(math.isnan(v) for v in few_scores.values())
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    window=st.integers(1, 12),
+    steps=st.lists(
+        st.tuples(
+            st.lists(st.sampled_from([0.5, 1.0, 2.5, math.nan, math.inf]) | st.floats(-5, 5), min_size=1, max_size=6),
+            st.booleans(),  # whether the step has weights (False: the warm-up)
+            st.booleans(),  # whether the windows are read after it
+        ),
+        max_size=15,
+    ),
+)
+def test_the_windows_are_the_last_values_observed_whenever_they_are_read(
+    window: int, steps: list[tuple[list[float], bool, bool]]
+) -> None:
+    """Values kept aside until a read give the same windows as appending each step at once: the last ``window``
+    finite difficulties and the last ``window`` weights, in order, read at any point (and saved in the state)."""
+    diagnostics = WeightingDiagnostics(window=window)
+    difficulties: list[float] = []
+    weights: list[float] = []
+    for values, weighted, read in steps:
+        step_weights = [abs(v) if math.isfinite(v) else 0.0 for v in values]
+        diagnostics.observe(
+            torch.tensor(values, dtype=torch.float64),
+            torch.tensor(step_weights, dtype=torch.float64) if weighted else None,
+        )
+        difficulties = (difficulties + [v for v in values if math.isfinite(v)])[-window:]
+        weights = (weights + step_weights)[-window:] if weighted else weights
+        if read:
+            assert diagnostics.difficulties.tolist() == difficulties
+            assert diagnostics.weights.tolist() == weights
+    assert diagnostics.state_dict()["difficulties"].tolist() == difficulties
+    assert diagnostics.state_dict()["weights"].tolist() == weights
 
 
 def test_diagnostics_windows_and_state() -> None:
