@@ -104,7 +104,7 @@ class NonFiniteGuard(Callback):
     recover by skipping, so such a run stops after ``max_consecutive`` steps.
 
     Cost per step: one fused 2-norm per gradient, parameter and buffer, summed into one number
-    (:func:`nonfinite_suspicion`; ProtoNet ResNet-12, 8 M parameters, on one CPU thread: ~15 ms; conv4: ~0.2 ms),
+    (:func:`nonfinite_suspicion`; ProtoNet ResNet-12, 8 M parameters, on one CPU thread: ~15 ms; conv4: ~0.4 ms),
     one all-reduce of it under DDP (so that every rank skips the same steps) and one host read; an exact
     ``isfinite`` check of each tensor decides a suspicious step. The parameters and buffers are those of the
     submodules found at the start of each training epoch. Under 16-bit mixed precision the gradient scaler skips

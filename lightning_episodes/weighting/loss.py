@@ -139,47 +139,6 @@ def _check_inputs(
         raise ValueError(f"weights must have the shape of losses, got {tuple(weights.shape)} and {tuple(losses.shape)}")
 
 
-def _weighted_loss(
-    losses: Tensor,
-    weights: Tensor,
-    normalization: str,
-    reduce: Callable[[Tensor], Tensor] | None,
-    world_size: int,
-    denominator: float | Tensor | None = None,
-) -> tuple[Tensor, Tensor]:
-    """Returns the loss and the reduced statistics ``[sum w, sum w^2, |B|, non-finite, ESS]``."""
-    _check_inputs(losses, weights, normalization, world_size, denominator)
-    # (few, small ops: a step's handful of episodes costs the dispatch of each op, not its arithmetic)
-    dtype = stat_dtype(losses.device)
-    finite = torch.isfinite(losses.detach())
-    w = weights.detach().to(losses.device, dtype)
-    w = torch.where(finite & torch.isfinite(w) & (w > 0), w, 0.0)
-    # Mask before the product: 0 * inf is NaN.
-    masked = torch.where(finite, losses, 0.0).to(dtype)
-    size = torch.full((), float(losses.numel()), dtype=dtype, device=losses.device)  # no host-to-device copy
-    local = torch.stack([w.sum(), (w * w).sum(), size, (~finite).sum().to(dtype)])
-    stats = local if reduce is None else reduce(local).to(device=losses.device, dtype=dtype)
-    s1, s2, size, _ = stats.unbind()
-    ok = (s1 > 0) & (s2 > 0) & torch.isfinite(s1) & torch.isfinite(s2)
-    # s1 * (s1 / s2) rather than s1^2 / s2: no overflow; Cauchy-Schwarz bounds it by |B| (rounding aside).
-    ess = torch.where(ok, s1 * (s1 / torch.where(ok, s2, 1.0)), 0.0).clamp(max=size)
-    ok = ok & (ess > 0) & torch.isfinite(ess)
-    if normalization == "fixed":
-        assert denominator is not None  # checked above
-        if isinstance(denominator, Tensor):
-            divide_by = denominator.to(device=losses.device, dtype=dtype)
-        else:
-            divide_by = torch.full((), float(denominator), dtype=dtype, device=losses.device)
-        ok = ok & torch.isfinite(divide_by) & (divide_by > 0)  # a tensor is checked here, without a sync
-        divide_by = torch.where(ok, divide_by, 1.0)
-    else:
-        divide_by = torch.where(ok, ess if normalization == "ess" else s1, 1.0)
-    weighted = (w * masked).sum() * (world_size / divide_by)
-    loss = torch.where(ok, weighted, 0.0 * masked.sum())
-    stats = torch.cat([stats, torch.where(ok, ess, 0.0).unsqueeze(0)])
-    return loss.to(losses.dtype), stats.detach()
-
-
 def weighted_loss(
     losses: Tensor,
     weights: Tensor,
@@ -222,18 +181,44 @@ def weighted_loss(
         >>> round(out.ess.item(), 4), round(out.loss.item(), 4)  # ESS = 16 / 6; loss = 9 / ESS
         (2.6667, 3.375)
     """
-    loss, stats = _weighted_loss(losses, weights, normalization, reduce, world_size, denominator)
-    s1, s2, size, nonfinite, ess = stats.unbind()
-    positive = ess > 0
-    batch_over_ess = torch.where(positive, size / torch.where(positive, ess, 1.0), 0.0)
+    _check_inputs(losses, weights, normalization, world_size, denominator)
+    # (few, small ops: a step's handful of episodes costs the dispatch of each op, not its arithmetic)
+    dtype = stat_dtype(losses.device)
+    finite = torch.isfinite(losses.detach())
+    w = weights.detach().to(losses.device, dtype)
+    w = torch.where(finite & torch.isfinite(w) & (w > 0), w, 0.0)
+    # Mask before the product: 0 * inf is NaN.
+    masked = torch.where(finite, losses, 0.0).to(dtype)
+    size = torch.full((), float(losses.numel()), dtype=dtype, device=losses.device)  # no host-to-device copy
+    local = torch.stack([w.sum(), (w * w).sum(), size, (~finite).sum().to(dtype)])
+    stats = local if reduce is None else reduce(local).to(device=losses.device, dtype=dtype)
+    s1, s2, size, nonfinite = stats.unbind()
+    sums = stats[:2]
+    ok = ((sums > 0) & torch.isfinite(sums)).all()
+    # s1 * (s1 / s2) rather than s1^2 / s2: no overflow; Cauchy-Schwarz bounds it by |B| (rounding aside). With
+    # s1, s2 finite and > 0 it is > 0 or +inf, never NaN, and finite after the clamp: only its sign is checked.
+    ess = torch.where(ok, s1 * (s1 / torch.where(ok, s2, 1.0)), 0.0).clamp(max=size)
+    ok = ok & (ess > 0)
+    if normalization == "fixed":
+        assert denominator is not None  # checked above
+        if isinstance(denominator, Tensor):
+            divide_by = denominator.to(device=losses.device, dtype=dtype)
+        else:
+            divide_by = torch.full((), float(denominator), dtype=dtype, device=losses.device)
+        ok = ok & torch.isfinite(divide_by) & (divide_by > 0)  # a tensor is checked here, without a sync
+        divide_by = torch.where(ok, divide_by, 1.0)
+    else:
+        divide_by = torch.where(ok, ess if normalization == "ess" else s1, 1.0)
+    weighted = (w * masked).sum() * (world_size / divide_by)
+    loss = torch.where(ok, weighted, 0.0 * masked.sum())
     return WeightedLoss(
-        loss=loss,
-        ess=ess,
+        loss=loss.to(losses.dtype),
+        ess=torch.where(ok, ess, 0.0),
         sum_weights=s1,
         sum_squared_weights=s2,
         batch_size=size,
-        batch_over_ess=batch_over_ess,
-        skipped=~positive,
+        batch_over_ess=torch.where(ok, size / torch.where(ok, ess, 1.0), 0.0),
+        skipped=~ok,
         nonfinite=nonfinite.to(torch.int64),
     )
 
@@ -262,4 +247,4 @@ def ess_weighted_loss(losses: Tensor, weights: Tensor, normalization: str = "ess
         >>> ess_weighted_loss(losses, torch.tensor([1.0, 1.0, 2.0, 0.0]), normalization="self").item()
         2.25
     """
-    return _weighted_loss(losses, weights, normalization, None, 1)[0]
+    return weighted_loss(losses, weights, normalization).loss

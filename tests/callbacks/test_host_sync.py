@@ -6,7 +6,7 @@ the CPU test is structural: it patches the reading methods of ``torch.Tensor`` a
 ``EpisodicModule.training_step`` (the module's loss, the weighting callback's ``episode_weights``,
 ``weighted_loss`` and the logging) during a real ``Trainer`` fit. On CUDA, ``torch.cuda.set_sync_debug_mode("error")``
 around the same steps raises at any synchronisation. What remains per step, by design and outside the training
-step: ``NonFiniteGuard``'s one read of its flags (a skip is decided before the optimiser step) and, with the
+step: ``NonFiniteGuard``'s one read of its check (a skip is decided before the optimiser step) and, with the
 weighting callback, its one transfer of the step's record in ``on_train_batch_end`` (what the moving estimate of
 the proposal absorbs on the host).
 """
