@@ -106,26 +106,33 @@ def kde_quantiles(data: Tensor, bandwidth: float, probabilities: list[float]) ->
         One quantile per level, as Python floats.
     """
     centres = _cpu64(data).numpy()
-    p = np.asarray(probabilities, dtype=np.float64)
-    low = np.full_like(p, centres.min() - 40.0 * bandwidth)
-    high = np.full_like(p, centres.max() + 40.0 * bandwidth)
-    x = np.quantile(centres, p)
+    levels = [float(p) for p in probabilities]
+    # the few levels' bookkeeping in Python floats (the same IEEE arithmetic as NumPy's, without its per-call cost);
+    # only the [levels x window] evaluations are arrays
+    low = [float(centres.min() - 40.0 * bandwidth)] * len(levels)
+    high = [float(centres.max() + 40.0 * bandwidth)] * len(levels)
+    x = np.quantile(centres, levels).tolist()
+    scale = bandwidth * _SQRT_2PI
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         for _ in range(_MAX_STEPS):
-            z = (x[:, None] - centres[None, :]) / bandwidth
-            cdf = special.ndtr(z).mean(axis=1)
-            density = np.exp(-0.5 * z * z).mean(axis=1) / (bandwidth * _SQRT_2PI)
-            below = cdf < p
-            low, high = np.where(below, x, low), np.where(below, high, x)
-            newton = x - (cdf - p) / density
-            inside = np.isfinite(newton) & (newton >= low) & (newton <= high)
-            step = np.where(inside, newton, 0.5 * (low + high))
-            # Newton's step shrinks the error quadratically: after one of 1e-10 h it is at float64's noise
-            done = np.all(np.abs(step - x) <= 1e-10 * bandwidth + 64.0 * np.spacing(np.abs(x)))
-            x = step
+            z = (np.asarray(x)[:, None] - centres[None, :]) / bandwidth
+            cdf = special.ndtr(z).mean(axis=1).tolist()
+            density = (np.exp(-0.5 * z * z).mean(axis=1) / scale).tolist()
+            done = True
+            for i, level in enumerate(levels):
+                if cdf[i] < level:
+                    low[i] = x[i]
+                else:
+                    high[i] = x[i]
+                newton = x[i] - (cdf[i] - level) / density[i] if density[i] != 0.0 else math.nan
+                step = newton if math.isfinite(newton) and low[i] <= newton <= high[i] else 0.5 * (low[i] + high[i])
+                # Newton's step shrinks the error quadratically: after one of 1e-10 h it is at float64's noise
+                ulp = math.ulp(abs(x[i])) if math.isfinite(x[i]) else math.nan
+                done = done and abs(step - x[i]) <= 1e-10 * bandwidth + 64.0 * ulp
+                x[i] = step
             if done:
                 break
-    return [float(v) for v in x]
+    return x
 
 
 class Proposal(ABC):
