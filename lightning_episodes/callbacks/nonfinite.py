@@ -69,8 +69,8 @@ def _floating(owners: list[Mapping[str, Tensor | None]]) -> list[Tensor]:
 def nonfinite_flags(module: nn.Module, grads: Iterable[Tensor] = ()) -> Tensor:
     """``[3]`` flags (1 = some NaN/inf, by ``isfinite``) for ``grads``, the parameters and the floating-point
     buffers of ``module``, in the order of :data:`KINDS`, on the module's device, without a host sync."""
-    parameters = _floating([m._parameters for m in module.modules()])
-    buffers = _floating([m._buffers for m in module.modules()])
+    modules = list(module.modules())
+    parameters, buffers = _floating([m._parameters for m in modules]), _floating([m._buffers for m in modules])
     device = parameters[0].device if parameters else next(module.parameters(), torch.zeros(())).device
     return torch.stack([any_nonfinite(group, device) for group in (grads, parameters, buffers)])
 
