@@ -6,6 +6,7 @@ import importlib
 from pathlib import Path
 from typing import Any
 
+import torch
 from jsonargparse import Namespace
 from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.cli import LightningArgumentParser, LightningCLI
@@ -15,6 +16,7 @@ from typing_extensions import override
 import lightning_episodes  # noqa: F401  (registers algorithms, callbacks and datasets for short names)
 from lightning_episodes.algorithms.base import EpisodicModule
 from lightning_episodes.algorithms.loading import CheckpointError, read_checkpoint
+from lightning_episodes.algorithms.schedules import check_schedule
 from lightning_episodes.callbacks.checkpointing import (
     checkpoint_callback,
     continue_logger_version,
@@ -184,6 +186,14 @@ class EpisodicCLI(LightningCLI):
 
     def before_fit(self) -> None:
         self._resolve_ckpt_path("fit")
+        self._check_schedule()
+
+    def _check_schedule(self) -> None:
+        # a schedule that anneals to max_steps fails here, before any process starts, not in configure_optimizers
+        factory = getattr(self.model, "lr_scheduler", None)
+        if factory is not None:
+            probe = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0)
+            check_schedule(factory(probe), self.trainer.max_steps)
 
     def before_test(self) -> None:
         self._resolve_ckpt_path("test")

@@ -80,7 +80,7 @@ def read_cache(path: Path, image_size: int, images_per_class: int) -> dict[str, 
     return rendered.read_payload(path, FORMAT_VERSION, (images_per_class, 3, image_size, image_size), NAME)
 
 
-def _luma(rgb: torch.Tensor) -> torch.Tensor:
+def luma(rgb: torch.Tensor) -> torch.Tensor:
     """uint8 ``[N, 1, H, W]`` luminance of uint8 ``[N, 3, H, W]`` images, rounded as Pillow's ``convert("L")``."""
     out = torch.empty((rgb.shape[0], 1, *rgb.shape[2:]), dtype=torch.uint8)
     weights = torch.tensor(_LUMA_FIXED, dtype=torch.int32).view(1, 3, 1, 1)
@@ -98,7 +98,7 @@ def to_dataset(payload: dict[str, Any], channels: int) -> ImageDataset:
     groups, splits = glyphs.split_by_alphabet(chars)
     images = rgb.reshape(classes * per_class, 3, size, size)
     if channels == 1:
-        images = _luma(images)
+        images = luma(images)
     labels = torch.arange(classes, dtype=torch.int64).repeat_interleave(per_class)
     train = images[torch.isin(labels, torch.tensor(splits["train"] or list(range(classes))))]
     mean, std = zip(*(rendered.level_statistics(train[:, c]) for c in range(channels)), strict=True)
