@@ -80,7 +80,7 @@ class AnnealToZero(LRScheduler):
 
     def get_lr(self) -> list[float]:  # type: ignore[override]
         factor = self.factor(self.last_epoch)
-        return [base * factor for base in self.base_lrs]
+        return [float(base) * factor for base in self.base_lrs]
 
     def state_dict(self) -> dict[str, Any]:
         # the run's length is the Trainer's, bound anew on resume (a resumed run may be given more steps)

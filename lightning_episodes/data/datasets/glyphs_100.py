@@ -99,7 +99,12 @@ def build_payload(
     images = torch.from_numpy(
         glyphs_hard_render.render_characters(chars, fonts_of, images_per_class, image_size, seed, knobs, processes)
     )
-    return {"format": FORMAT_VERSION, "characters": chars, "images": images, "checksum": rendered.checksum(images, chars)}
+    return {
+        "format": FORMAT_VERSION,
+        "characters": chars,
+        "images": images,
+        "checksum": rendered.checksum(images, chars),
+    }
 
 
 def read_cache(path: Path, image_size: int, images_per_class: int) -> dict[str, Any] | None:

@@ -1,4 +1,5 @@
-"""The one loader shape of the datasets rendered in the library (``glyphs``, ``glyphs-hard``, ``glyphs-100``) and their cache.
+"""The one loader shape of the datasets rendered in the library (``glyphs``, ``glyphs-hard``, ``glyphs-100``) and
+their cache.
 
 A rendered dataset's module provides four functions (:class:`RenderedModule`): the cache file of a
 parameter set, reading it, rendering the payload and turning a payload into an :class:`ImageDataset`. A
