@@ -19,7 +19,7 @@ from scipy import stats
 from lightning_episodes.analysis._arrays import ArrayLike, as_indices, as_matrix, as_vector
 from lightning_episodes.analysis.correlation import paired_vectors, rank_correlation
 from lightning_episodes.analysis.normality import fit_normal
-from lightning_episodes.analysis.report import Column, ResultsTable, RunResult
+from lightning_episodes.analysis.report import ResultsTable, RunResult
 
 EASY_COLOR = "tab:blue"
 HARD_COLOR = "tab:red"
@@ -216,9 +216,9 @@ def plot_study(table: ResultsTable, runs: Sequence[RunResult]) -> Figure:
     Returns:
         The figure (pyplot-free; ``figure.savefig(path)`` renders it).
     """
-    columns: list[Column | None] = [*table.columns] or [None]
-    figure = Figure(figsize=(5.0 * len(columns), 7.0), layout="constrained")
-    axes = figure.subplots(2, len(columns), squeeze=False)
+    columns = table.columns
+    figure = Figure(figsize=(5.0 * max(1, len(columns)), 7.0), layout="constrained")
+    axes = figure.subplots(2, max(1, len(columns)), squeeze=False)
     colours = {row: f"C{k}" for k, row in enumerate(table.rows)}
     for j, column in enumerate(columns):
         top, bottom = axes[0, j], axes[1, j]
@@ -231,7 +231,7 @@ def plot_study(table: ResultsTable, runs: Sequence[RunResult]) -> Figure:
         )
         top.tick_params(axis="x", labelsize=7)
         top.set_ylabel("test accuracy (%) ± 95% CI")
-        top.set_title(column.label if column is not None else "")
+        top.set_title(column.label)
         for run in runs:
             if run.column != column or not run.validation:
                 continue
