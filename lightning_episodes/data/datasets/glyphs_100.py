@@ -14,7 +14,6 @@ cores) and cached as uint8 RGB under :func:`default_cache_dir`. ``docs/glyphs_10
 
 from __future__ import annotations
 
-import hashlib
 import sys
 import unicodedata
 from collections.abc import Sequence
@@ -22,9 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
-from lightning_episodes.data.datasets import glyphs, glyphs_hard, glyphs_hard_render, rendered
+from lightning_episodes.data.datasets import glyphs, glyphs_hard, rendered
 from lightning_episodes.data.datasets.base import ImageDataset, register_dataset
 from lightning_episodes.data.datasets.glyphs_hard_render import Difficulty
 from lightning_episodes.data.datasets.rendered import RenderedDataset
@@ -49,9 +47,7 @@ def default_cache_dir() -> Path:
 
 def cache_file(root: Path, image_size: int, images_per_class: int, seed: int, knobs: Difficulty = DIFFICULTY) -> Path:
     """The cache file of one parameter set (RGB; ``channels=1`` is computed from it when loading)."""
-    knob_hash = hashlib.sha256(knobs.key().encode()).hexdigest()[:8]
-    version = f"v{FORMAT_VERSION}-{glyphs.fingerprint()}-{knob_hash}"
-    return root / f"{NAME}-{image_size}px-{images_per_class}per-class-seed{seed}-{version}.pt"
+    return glyphs_hard.colour_cache_file(NAME, FORMAT_VERSION, root, image_size, images_per_class, seed, knobs)
 
 
 def is_letter(ch: str) -> bool:
@@ -83,28 +79,14 @@ def build_payload(
     image_size: int, images_per_class: int, seed: int, characters: Sequence[str] | None = None, processes: int = 1,
     knobs: Difficulty = DIFFICULTY,
 ) -> dict[str, Any]:  # fmt: skip
-    """Render the dataset: ``{"format", "characters", "images" (uint8 [K, n, 3, H, W]), "checksum"}``.
-
-    Args:
-        image_size: height and width in pixels.
-        images_per_class: renderings of each letter.
-        seed: seed of every random choice of the rendering (not of the classes, which are fixed).
-        characters: choose among these instead of all of ``glyphs``' classes (tests).
-        processes: worker processes.
-        knobs: the difficulty knobs (the loader always uses :data:`DIFFICULTY`).
-    """
+    """Render the dataset as :func:`.glyphs_hard.build_payload` does, for the letters :func:`choose_classes` picks
+    among ``characters`` (default: all of ``glyphs``' classes); ``seed`` seeds the rendering, not the choice."""
     chars, fonts_of = glyphs.select_characters(characters, processes)
     chosen = choose_classes(chars)
     chars, fonts_of = [chars[i] for i in chosen], [fonts_of[i] for i in chosen]
-    images = torch.from_numpy(
-        glyphs_hard_render.render_characters(chars, fonts_of, images_per_class, image_size, seed, knobs, processes)
+    return glyphs_hard.colour_payload(
+        FORMAT_VERSION, chars, fonts_of, image_size, images_per_class, seed, knobs, processes
     )
-    return {
-        "format": FORMAT_VERSION,
-        "characters": chars,
-        "images": images,
-        "checksum": rendered.checksum(images, chars),
-    }
 
 
 def read_cache(path: Path, image_size: int, images_per_class: int) -> dict[str, Any] | None:
@@ -115,17 +97,8 @@ def read_cache(path: Path, image_size: int, images_per_class: int) -> dict[str, 
 def to_dataset(payload: dict[str, Any], channels: int) -> ImageDataset:
     """Label and split the rendered letters; per-channel statistics from the train split."""
     chars: list[str] = payload["characters"]
-    rgb: torch.Tensor = payload["images"]
-    classes, per_class, size = rgb.shape[0], rgb.shape[1], rgb.shape[-1]
-    splits = split_classes(classes)
-    images = rgb.reshape(classes * per_class, 3, size, size)
-    if channels == 1:
-        images = glyphs_hard.luma(images)
-    labels = torch.arange(classes, dtype=torch.int64).repeat_interleave(per_class)
-    train = images[torch.isin(labels, torch.tensor(splits["train"]))]
-    mean, std = zip(*(rendered.level_statistics(train[:, c]) for c in range(channels)), strict=True)
     groups = [glyphs.alphabet_of(ch) for ch in chars]
-    return ImageDataset(images, labels, list(chars), splits, tuple(mean), tuple(std), groups)
+    return glyphs_hard.colour_dataset(payload, channels, split_classes(len(chars)), groups)
 
 
 #: 100 letters × 600 colour pictures at 32 px (16 to 128), RGB (1 channel: its luminance).
