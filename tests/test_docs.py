@@ -17,6 +17,11 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "lightning_episodes"
 BIN = Path(sys.executable).parent
 README = (ROOT / "README.md").read_text()
+#: The guides' complete examples: the files that the contract tests import, shown as they are.
+GUIDE_EXAMPLES = {
+    "docs/guides/own-algorithm.md": "tests/algorithms/example_algorithm.py",
+    "docs/guides/own-dataset.md": "tests/data/example_dataset.py",
+}
 
 #: A sentence of a docstring documented on each page (a class's or function's, not the module's own).
 KNOWN_SENTENCES = {
@@ -25,7 +30,7 @@ KNOWN_SENTENCES = {
     "lightning_episodes.callbacks": "whose last.ckpt is the latest training state.",
     "lightning_episodes.data": "Batches of few-shot episodes: a step-indexed training stream",
     "lightning_episodes.models": "The conv4 backbone of Vinyals et al. (2016) and Snell et al. (2017)",
-    "lightning_episodes.weighting": "A target distribution p over standardised difficulty z on [-c, c].",
+    "lightning_episodes.weighting": "A target distribution p over standardised difficulty z on",
     "lightning_episodes.algorithms.functional": "Class means [B, ways, D] of class-major support features",
 }
 
@@ -114,13 +119,21 @@ def test_cli_reference_has_every_commands_help(site: Path) -> None:
     assert "--ckpt_path" in text
 
 
+@pytest.mark.parametrize(("page", "example"), sorted(GUIDE_EXAMPLES.items()))
+def test_guides_show_the_tested_example_files_as_they_are(page: str, example: str) -> None:
+    """The complete examples of the guides are the files that the contract tests import and run."""
+    blocks = re.findall(r"```python\n(.*?)```", (ROOT / page).read_text(), flags=re.DOTALL)
+    assert (ROOT / example).read_text() in blocks
+
+
 def _examples() -> list[tuple[str, str]]:
-    """``(page, code)`` for each Python block of the site's hand-written pages that the README does not hold (those
-    run in tests/test_readme.py) and that is not an included file (the tests import those)."""
+    """``(page, code)`` for each Python block of the site's pages that the README does not hold (those run in
+    tests/test_readme.py) and that is not a whole example file (the contract tests import those)."""
+    examples = {(ROOT / path).read_text() for path in GUIDE_EXAMPLES.values()}
     found = []
     for page in sorted((ROOT / "docs").rglob("*.md")):
         for code in re.findall(r"```python\n(.*?)```", page.read_text(), flags=re.DOTALL):
-            if code not in README and not code.startswith("--8<--"):
+            if code not in README and code not in examples:
                 found.append((str(page.relative_to(ROOT)), code))
     return found
 

@@ -138,7 +138,8 @@ def _nav(plan: Plan, package: str) -> list[Any]:
     for path in plan:
         if path.rpartition(".")[0] != package:
             continue
-        entries.append({path: _nav(plan, path)} if path in _packages else {path.rpartition(".")[2]: page_file(path)})
+        name = path.rpartition(".")[2]
+        entries.append({name: _nav(plan, path)} if path in _packages else {name: page_file(path)})
     return entries
 
 
