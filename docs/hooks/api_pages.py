@@ -90,17 +90,25 @@ def make_plan(root: griffe.Module) -> Plan:
 
 
 def _page(path: str, documented: list[str], linked: dict[str, str]) -> str:
-    members = ", ".join(documented)
-    lines = [f"::: {path}", "    options:", f"      members: [{members}]", ""]
+    """A module's docstring, the table of what it exports from elsewhere, then each object it documents."""
+    lines = [f"::: {path}", "    options:", "      members: []", ""]
     if linked:
         lines += [
             "## Also exported here",
             "",
-            "Documented where they are defined:",
+            f"`from {path} import <name>` works for these too; each is documented where it is defined:",
             "",
             "| name | documented at |",
             "|---|---|",
             *(f"| `{name}` | [`{home}`][{home}] |" for name, home in sorted(linked.items())),
+            "",
+        ]
+    for name in documented:
+        lines += [
+            f"::: {path}.{name}",
+            "    options:",
+            "      heading_level: 2",
+            "      show_root_full_path: false",
             "",
         ]
     return "\n".join(lines)
@@ -165,7 +173,7 @@ def on_config(config: MkDocsConfig, **kwargs: Any) -> MkDocsConfig:
     pages: list[Any] = [{"Overview": INDEX}, {PACKAGE: _nav(_plan, PACKAGE)}]
     nav = config.nav or []
     for index, entry in enumerate(nav):
-        if isinstance(entry, dict) and entry.get(NAV_TITLE) == INDEX:
+        if isinstance(entry, dict) and NAV_TITLE in entry:  # `mkdocs serve` may hand back the expanded nav
             nav[index] = {NAV_TITLE: pages}
             break
     else:
