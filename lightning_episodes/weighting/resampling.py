@@ -11,6 +11,7 @@ when the choice follows the target (the logged goodness of fit). See ``docs/meth
 
 from __future__ import annotations
 
+import math
 from typing import Final
 
 import numpy as np
@@ -81,7 +82,8 @@ def systematic_resample(weights: Tensor, count: int, offset: float, replacement:
         ``[count]`` int64 indices into ``weights``, sorted.
 
     Raises:
-        ValueError: if the weights do not sum to a positive number or ``offset`` is outside ``[0, 1)``.
+        ValueError: if a weight is negative or not finite, the weights do not sum to a positive number, or
+            ``offset`` is outside ``[0, 1)``.
 
     Example::
 
@@ -92,8 +94,10 @@ def systematic_resample(weights: Tensor, count: int, offset: float, replacement:
     """
     w = weights.detach().to("cpu", torch.float64)
     total = float(w.sum())
-    if not total > 0.0:
-        raise ValueError(f"systematic_resample needs weights with a positive sum, got {total!r}")
+    if not (total > 0.0 and math.isfinite(total) and bool((w >= 0).all())):
+        raise ValueError(
+            f"systematic_resample needs finite non-negative weights with a positive sum, got sum {total!r}"
+        )
     if not 0.0 <= offset < 1.0:
         raise ValueError(f"offset must be in [0, 1), got {offset!r}")
     positive = w > 0
