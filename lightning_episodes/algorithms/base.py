@@ -18,7 +18,13 @@ from torch import Tensor, nn
 from typing_extensions import override
 
 from lightning_episodes.algorithms.functional import query_loss
-from lightning_episodes.algorithms.interface import EpisodeOutput, WeightingStrategy, check_choice, check_min
+from lightning_episodes.algorithms.interface import (
+    EpisodeOutput,
+    EpisodeSelector,
+    WeightingStrategy,
+    check_choice,
+    check_min,
+)
 from lightning_episodes.algorithms.metrics import EpisodeMeanCI, EpisodeScores, ScoredEpisodes
 from lightning_episodes.algorithms.schedules import check_schedule
 from lightning_episodes.data.episode import Episode
@@ -27,6 +33,7 @@ from lightning_episodes.weighting import EpisodeWeights, WeightedLoss, weighted_
 
 __all__ = [
     "EpisodeOutput",
+    "EpisodeSelector",
     "EpisodicModule",
     "WeightingStrategy",
     "check_choice",
@@ -229,6 +236,8 @@ class EpisodicModule(pl.LightningModule):
     @override
     def training_step(self, batch: Episode, batch_idx: int) -> dict[str, Any]:
         trainer = self.trainer
+        if isinstance(self.weighting, EpisodeSelector):  # resampling: the strategy chooses the step's episodes
+            batch = self.weighting.select_episodes(self, batch)
         out = self._output(batch)
         difficulties = out.difficulty
         if self.weighting is None:

@@ -58,6 +58,17 @@ class WeightingStrategy(Protocol):
         ...
 
 
+@runtime_checkable
+class EpisodeSelector(Protocol):
+    """A weighting strategy that also chooses the step's episodes (``DifficultyWeightingCallback(mode="resample")``):
+    :meth:`EpisodicModule.training_step` trains on what :meth:`select_episodes` returns instead of the loader's batch.
+    """
+
+    def select_episodes(self, module: EpisodicModule, batch: Episode) -> Episode:
+        """This rank's episodes of the step, given the loader's ``batch`` (return it to train on it)."""
+        ...
+
+
 def check_min(name: str, value: float, minimum: float, inclusive: bool = True) -> None:
     """Raise ``ValueError("model.<name> must be >= minimum, got value")`` (``>`` unless ``inclusive``)."""
     if value < minimum or (not inclusive and value == minimum):

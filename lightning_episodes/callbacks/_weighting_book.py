@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 from pytorch_lightning.utilities import rank_zero_warn
+from torch import Tensor
 
 from lightning_episodes.callbacks._weighting_logs import WeightingStep
 from lightning_episodes.callbacks.reference import restore_offline
@@ -86,10 +87,10 @@ class WeightingBook:
         self.normalizer.update(step.raw_weights, warmup=step.warmup)
         self.diagnostics.observe(step.difficulties, None if step.warmup else step.raw_weights)
 
-    def learn(self, step: WeightingStep) -> None:
-        """Online, after a step (and its logging): ``q`` absorbs the step's difficulties; every ``warmup_steps``
-        steps from the end of the warm-up the fit is checked."""
-        self.proposal.update(step.difficulties)
+    def learn(self, difficulties: Tensor) -> None:
+        """Online, after a step (and its logging; resampling: before choosing) ``q`` absorbs the step's difficulties
+        (the global batch, or the pool); every ``warmup_steps`` steps from the end of the warm-up the fit is checked."""
+        self.proposal.update(difficulties)
         after_warmup = self.proposal.steps - self.warmup_steps
         if self.proposal.ready and after_warmup >= 0 and after_warmup % self.warmup_steps == 0:
             self.check_fit()

@@ -11,13 +11,16 @@ from typing import Any, Final
 
 import pytorch_lightning as pl
 
+from lightning_episodes.callbacks._resample_step import check_datamodule
 from lightning_episodes.callbacks.reference import check_reference
 from lightning_episodes.weighting import NORMALIZATIONS, OUT_OF_SUPPORT, PROPOSALS, UPDATES
 
-__all__ = ["ESTIMATES", "check_options", "check_trainer"]
+__all__ = ["ESTIMATES", "MODES", "check_options", "check_trainer"]
 
 #: Accepted values of ``estimate``.
 ESTIMATES: Final[tuple[str, ...]] = ("online", "offline")
+#: Accepted values of ``mode``.
+MODES: Final[tuple[str, ...]] = ("reweight", "resample")
 
 
 def _is_number(value: object) -> bool:
@@ -55,7 +58,8 @@ def check_options(options: dict[str, Any]) -> None:
         raise _invalid("decay", decay, "a number in [0, 1)")
     if not (_is_number(running_decay) and 0.0 <= running_decay < 1.0):
         raise _invalid("running_decay", running_decay, "a number in [0, 1)")
-    for key, minimum in (("warmup_steps", 2), ("window", 10), ("offline_episodes", 2), ("histogram_every_n_steps", 0)):
+    minimums = {"warmup_steps": 2, "window": 10, "offline_episodes": 2, "histogram_every_n_steps": 0, "pool": 2}
+    for key, minimum in minimums.items():
         if not (_is_int(options[key]) and options[key] >= minimum):
             raise _invalid(key, options[key], f"an integer >= {minimum}")
     if not (_is_int(options["seed"]) and options["seed"] >= 0):
@@ -68,12 +72,18 @@ def check_options(options: dict[str, Any]) -> None:
         ("update", UPDATES),
         ("estimate", ESTIMATES),
         ("proposal", PROPOSALS),
+        ("mode", MODES),
     ):
         if options[key] not in allowed:
             raise _invalid(key, options[key], f"one of {list(allowed)}")
-    for key in ("shuffle_weights", "log_grad_norm"):
+    for key in ("shuffle_weights", "log_grad_norm", "replacement"):
         if not isinstance(options[key], bool):
             raise _invalid(key, options[key], "true or false")
+    if options["mode"] == "resample" and options["normalization"] != "ess":
+        raise ValueError(
+            f"DifficultyWeightingCallback: normalization={options['normalization']!r} applies to mode='reweight' "
+            "only: resampled episodes are trained with weight 1 (leave normalization at 'ess')"
+        )
     if options["estimate"] == "offline" and not options["reference_checkpoint"]:
         raise ValueError(
             "DifficultyWeightingCallback: estimate='offline' needs reference_checkpoint, the checkpoint of a "
@@ -82,17 +92,20 @@ def check_options(options: dict[str, Any]) -> None:
         )
 
 
-def check_trainer(trainer: pl.Trainer, curriculum: bool, reference_checkpoint: str | None) -> None:
+def check_trainer(
+    trainer: pl.Trainer, curriculum: bool, reference_checkpoint: str | None, resample: bool = False
+) -> None:
     """Raises, before training, where the Trainer cannot run the callback.
 
     Args:
         trainer: the Trainer about to fit.
         curriculum: whether the target is a curriculum (its progress is ``t / max_steps``).
         reference_checkpoint: the offline reference (``None`` online), checked against the data's ways.
+        resample: ``mode="resample"``, which draws its candidates from an ``EpisodicDataModule``.
 
     Raises:
-        ValueError: for a curriculum without ``trainer.max_steps``, ``accumulate_grad_batches > 1``, or a reference
-            trained on other ways.
+        ValueError: for a curriculum without ``trainer.max_steps``, ``accumulate_grad_batches > 1``, a reference
+            trained on other ways, or resampling without an ``EpisodicDataModule``.
         FileNotFoundError: if ``reference_checkpoint`` does not exist.
     """
     if curriculum and not trainer.max_steps > 0:
@@ -106,5 +119,7 @@ def check_trainer(trainer: pl.Trainer, curriculum: bool, reference_checkpoint: s
             f"{trainer.accumulate_grad_batches}: the ESS must be computed over the whole effective batch; "
             "raise data.episodes_per_batch instead"
         )
+    if resample:
+        check_datamodule(trainer)
     if reference_checkpoint is not None:
         check_reference(reference_checkpoint, getattr(getattr(trainer, "datamodule", None), "ways", None))

@@ -72,7 +72,8 @@ def read_record(pending: WeightingStep, weighted: Any) -> tuple[WeightingStep, i
     promotes every part to it) and moved in a single transfer.
     """
     assert pending.raw_weights is not None
-    counters = torch.stack([weighted.skipped, weighted.nonfinite]).to(stat_dtype(pending.difficulties.device))
+    device = pending.difficulties.device  # resampling's record is on the CPU already
+    counters = torch.stack([weighted.skipped, weighted.nonfinite]).to(device, stat_dtype(device))
     parts = (pending.difficulties, pending.weights, pending.raw_weights, counters)
     host = torch.cat(parts).to("cpu", torch.float64)
     difficulties, weights, raw, counts = host.split([p.numel() for p in parts])

@@ -7,7 +7,7 @@ NeurIPS 2021) as a Lightning callback that plugs into :class:`~lightning_episode
 a proposal model, a target, a normaliser and diagnostics from :mod:`lightning_episodes.weighting`; the method
 and every option are described in ``docs/method.md``. The step's weights and its host read are in
 ``_weighting_step``, the counters and warnings in ``_weighting_book``, the checks in ``_weighting_options``, the
-logged values in ``_weighting_logs``.
+logged values in ``_weighting_logs``; ``mode="resample"``'s choice of episodes in ``_resample_step``.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import pytorch_lightning as pl
+import torch
 from pytorch_lightning.callbacks import Callback
 from torch import Tensor
 from typing_extensions import override
@@ -23,6 +24,7 @@ from typing_extensions import override
 from lightning_episodes.algorithms.base import EpisodicModule, WeightingStrategy
 from lightning_episodes.callbacks import _weighting_logs as logs
 from lightning_episodes.callbacks import reference as ref
+from lightning_episodes.callbacks._resample_step import Resampler, ResampleStep, SelectionFit, resample_metrics
 from lightning_episodes.callbacks._weighting_book import BookCounter, WeightingBook
 from lightning_episodes.callbacks._weighting_logs import WeightingStep, logger_writes
 from lightning_episodes.callbacks._weighting_options import ESTIMATES, check_options, check_trainer
@@ -59,6 +61,12 @@ class DifficultyWeightingCallback(Callback):
       scores ``offline_episodes`` training episodes before training to fix ``q``; each training episode is weighted
       by the reference's difficulty of it.
 
+    ``mode="resample"`` trains on episodes *chosen* by their weights instead (sampling-importance-resampling): each
+    step scores ``pool * |B|`` candidate episodes of the step in one forward pass without gradients, ``q`` absorbs
+    their difficulties (online), and systematic resampling picks ``|B|`` of them in proportion to ``p / q`` (with or
+    without ``replacement``); they are trained with weight 1, so the loss has the scale of plain sampling. The
+    warm-up and the ``baseline`` target train on the pool's first ``|B|`` candidates, the plain stream's batch.
+
     Every rank gathers the step's difficulties once (rank order = global batch order) and computes the global
     weights identically, so the gradient equals one process's on the same batch. Where the loggers write it logs
     ``weighting/*`` (the proposal's ``mu``/``sigma``, ``S``, the ESS and its ratios, the weights' range, the
@@ -83,8 +91,9 @@ class DifficultyWeightingCallback(Callback):
         window: recent difficulties of the empirical proposal, recent weights of ``psis`` and of the diagnostics.
         running_decay: weight of the old value in ``running``'s average of ``sum w``, in ``[0, 1)``.
         shuffle_weights: placebo control: permute each step's weights among its episodes (same permutation on
-            every rank, from ``seed`` and the step): the same weight variance, no targeting.
-        seed: seeds the placebo's permutations (a ``torch.Generator`` seeded from
+            every rank, from ``seed`` and the step): the same weight variance, no targeting. With
+            ``mode="resample"``: choose ``|B|`` distinct candidates uniformly at random (the same cost, no targeting).
+        seed: seeds the placebo's permutations and the resampling's choice (a ``torch.Generator`` seeded from
             ``numpy.random.SeedSequence([seed, step])``).
         log_grad_norm: log ``weighting/grad_norm``, the total gradient norm before the optimizer step.
         reference_checkpoint: the offline reference model's checkpoint (required for ``"offline"``).
@@ -92,6 +101,12 @@ class DifficultyWeightingCallback(Callback):
         histogram_every_n_steps: every N steps, the global batch's difficulties and weights go to
             TensorBoard as histograms (``weighting/difficulties``, ``weighting/weights``); 0 turns it off.
         name: distinguishes the checkpointed state of several instances (see the tip).
+        mode: ``"reweight"`` (the paper's weighted loss) or ``"resample"`` (train on episodes chosen by weight).
+        pool: ``k`` >= 2, candidate episodes per trained episode in ``"resample"`` (its scoring costs about ``k``
+            forward passes without gradients per step).
+        replacement: ``"resample"`` chooses with replacement (default: the chosen follow ``p`` as ``k`` grows, an
+            episode may be trained twice in a step) or without (distinct episodes; where ``p / q`` exceeds ``k``
+            times its mean, e.g. the far tails of ``uniform`` at ``k = 4``, they are chosen less than ``p`` says).
 
     Raises:
         ValueError: at construction, for an argument out of range or unknown (``proposal="online"/"offline"`` of
@@ -131,6 +146,9 @@ class DifficultyWeightingCallback(Callback):
         offline_episodes: int = 1000,
         histogram_every_n_steps: int = 0,
         name: str = "",
+        mode: Literal["reweight", "resample"] = "reweight",
+        pool: int = 4,
+        replacement: bool = True,
     ) -> None:
         try:
             self.target = get_target(target)
@@ -143,7 +161,8 @@ class DifficultyWeightingCallback(Callback):
             "out_of_support": out_of_support, "normalization": normalization, "window": window,
             "running_decay": running_decay, "shuffle_weights": shuffle_weights, "seed": seed,
             "log_grad_norm": log_grad_norm, "offline_episodes": offline_episodes,
-            "histogram_every_n_steps": histogram_every_n_steps, "name": name,
+            "histogram_every_n_steps": histogram_every_n_steps, "name": name, "mode": mode, "pool": pool,
+            "replacement": replacement,
             "reference_checkpoint": None if reference_checkpoint is None else str(reference_checkpoint),
         }  # fmt: skip
         check_options(self._options)
@@ -153,16 +172,22 @@ class DifficultyWeightingCallback(Callback):
         self.shuffle_weights, self.log_grad_norm = shuffle_weights, log_grad_norm
         self.reference_checkpoint: str | None = self._options["reference_checkpoint"]
         self.offline_episodes, self.histogram_every_n_steps, self.name = offline_episodes, histogram_every_n_steps, name
+        self.mode, self.pool, self.replacement = mode, pool, replacement
         self.proposal_model = make_proposal(proposal, float(support_sigmas), float(decay), warmup_steps, update, window)
         self.normalizer = make_normalizer(normalization, window, float(running_decay))
         self.diagnostics = WeightingDiagnostics(window)
         #: the checkpointed state (``proposal_model``, ``normalizer``, ``diagnostics`` and the counters)
         self.book = WeightingBook(self.proposal_model, self.normalizer, self.diagnostics, proposal, warmup_steps)
+        self.resampler = Resampler(pool, replacement, shuffle_weights, seed, out_of_support)
+        #: ``mode="resample"``: the goodness of fit of the chosen difficulties (checkpointed)
+        self.selection_fit = SelectionFit(window)
         self.reference: EpisodicModule | None = None
         #: what the last training step did (see :class:`WeightingStep`)
         self.last_step: WeightingStep | None = None
         self._previous: WeightingStrategy | None = None
         self._pending: WeightingStep | None = None
+        #: ``mode="resample"``: what the last step chose (see :class:`ResampleStep`)
+        self.last_selection: ResampleStep | None = None
 
     @property
     def options(self) -> dict[str, str | int | float | bool | None]:
@@ -203,7 +228,7 @@ class DifficultyWeightingCallback(Callback):
             raise ValueError("only one DifficultyWeightingCallback can weight a module at a time")
         if stage == "fit":
             offline = self.reference_checkpoint if self.estimate == "offline" else None
-            check_trainer(trainer, isinstance(self.target, CurriculumTarget), offline)
+            check_trainer(trainer, isinstance(self.target, CurriculumTarget), offline, self.mode == "resample")
         if pl_module.weighting is not self:
             self._previous = pl_module.weighting
         pl_module.weighting = self
@@ -241,14 +266,12 @@ class DifficultyWeightingCallback(Callback):
         Returns:
             Detached, finite, non-negative weights (all 1 during the online warm-up) and their normalisation.
         """
+        if self.mode == "resample":  # the episodes were chosen by weight: each is trained with weight 1
+            return EpisodeWeights(torch.ones_like(difficulties))
         trainer = module.trainer
-        # every target may use the progress t / T (the curriculum needs it; setup checked max_steps for it)
-        global_step, max_steps = trainer.global_step, trainer.max_steps  # properties that walk Lightning's loops
-        progress = curriculum_progress(global_step, max_steps) if max_steps > 0 else None
+        global_step, progress = trainer.global_step, self._progress(trainer)
         if self.estimate == "offline":
-            if self.reference is None or not self.ready:
-                raise RuntimeError("the offline reference is not loaded: on_fit_start has not run")
-            difficulties = ref.reference_difficulties(self.reference, batch).to(difficulties.device)
+            difficulties = ref.reference_difficulties(self._reference(), batch).to(difficulties.device)
         local = difficulties.detach()
         # (W, B_local) under DDP, unchanged in one process; rank order is global batch order
         everything = trainer.strategy.all_gather(local).reshape(-1)
@@ -262,6 +285,36 @@ class DifficultyWeightingCallback(Callback):
         start = trainer.global_rank * local.numel()
         return result._replace(weights=result.weights[start : start + local.numel()].detach())
 
+    def select_episodes(self, module: EpisodicModule, batch: Episode) -> Episode:
+        """The episodes the step trains on: ``batch`` itself, or with ``mode="resample"`` this rank's share of the
+        ``|B|`` candidates chosen by weight from the step's pool (called by ``EpisodicModule.training_step``)."""
+        if self.mode != "resample":
+            return batch
+        scorer = module if self.estimate == "online" else self._reference()
+        learn = self.book.learn if self.estimate == "online" else None
+        q, progress = self.proposal_model, self._progress(module.trainer)
+        chosen, record = self.resampler.choose(module, scorer, q, self.target, progress, learn)
+        self.last_selection = record
+        self.selection_fit.observe(record, q, self.target, progress)
+        weights = torch.ones(len(record.selected), dtype=torch.float64)
+        raw = weights if record.raw_weights is None else record.raw_weights[record.selected]
+        difficulties = record.difficulties[record.selected]
+        warmup = record.raw_weights is None
+        self._pending = WeightingStep(
+            record.step, progress, q.location, q.scale, difficulties, weights, warmup, raw, q.support()
+        )
+        return chosen
+
+    def _progress(self, trainer: pl.Trainer) -> float | None:
+        # every target may use the progress t / T (the curriculum needs it; setup checked max_steps for it)
+        max_steps = trainer.max_steps  # a property that walks Lightning's loops
+        return curriculum_progress(trainer.global_step, max_steps) if max_steps > 0 else None
+
+    def _reference(self) -> EpisodicModule:
+        if self.reference is None or not self.ready:
+            raise RuntimeError("the offline reference is not loaded: on_fit_start has not run")
+        return self.reference
+
     # -- after each step ------------------------------------------------------------------------------------------
     @override
     def on_train_batch_end(
@@ -270,20 +323,25 @@ class DifficultyWeightingCallback(Callback):
         pending, self._pending = self._pending, None
         if pending is None or not isinstance(outputs, dict) or "weighted" not in outputs:
             return  # the module did not ask for weights at this step
-        weighted = outputs["weighted"]
+        weighted, selection = outputs["weighted"], self.last_selection
         step, skipped, nonfinite = read_record(pending, weighted)  # the step's one read from the device
         self.last_step = step
-        self.book.count(step.step, skipped, nonfinite)
-        self.book.observe(step)
+        self.book.count(step.step, skipped + int(selection is not None and selection.fallback), nonfinite)
+        if selection is None:
+            self.book.observe(step)
+        else:  # the pool is the plain sample: the diagnostics see its difficulties and weights
+            self.diagnostics.observe(selection.difficulties, selection.raw_weights)
         if logger_writes(trainer):  # self.log costs ~1-3 ms a value: only where a logger will write it
             estimated = not (step.warmup and self.proposal_model.steps < 1)
             values = logs.step_metrics(step, weighted, isinstance(self.target, CurriculumTarget), estimated)
             values.update(skipped_steps=float(self.skipped_steps), nonfinite_episodes=float(self.nonfinite_episodes))
             values.update(self.diagnostics.summary(log_difficulty=self.proposal == "lognormal"))
+            if selection is not None:
+                values.update(resample_metrics(selection), **self.selection_fit.summary())
             logs.log_values(pl_module, values, len(step.weights))
         logs.log_histograms(trainer, step, self.histogram_every_n_steps)
-        if self.estimate == "online":
-            self.book.learn(step)
+        if self.estimate == "online" and selection is None:  # resampling: q learnt the pool before choosing
+            self.book.learn(step.difficulties)
 
     @override
     def on_before_optimizer_step(self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: Any) -> None:
@@ -293,8 +351,10 @@ class DifficultyWeightingCallback(Callback):
     # -- checkpointed state ---------------------------------------------------------------------------------------
     @override
     def state_dict(self) -> dict[str, Any]:
-        return self.book.state_dict(self.reference_checkpoint)
+        state = self.book.state_dict(self.reference_checkpoint)
+        return state | {"selection_fit": self.selection_fit.state_dict()} if self.mode == "resample" else state
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.book.load_state_dict(state_dict, self.estimate == "online", self.reference_checkpoint)
+        self.selection_fit.load_state_dict(state_dict.get("selection_fit", {}))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Literal
 
 import pytorch_lightning as pl
@@ -202,6 +203,14 @@ class EpisodicDataModule(pl.LightningDataModule):
             self._cpu_assembler(),
         )
         return self._loader(stream)
+
+    def training_identities(self, step: int, episodes: Sequence[int]) -> EpisodeIdentity:
+        """Identities of the training episodes at positions ``episodes`` of global step ``step``: the training
+        stream's pure function of ``(train_seed, step, j)``, also for positions past ``episodes_per_batch`` (more
+        episodes of the same step, e.g. the candidates that resampling chooses from); ids ``step * B + j``."""
+        return self.samplers["train"].sample(
+            self.train_seed, "train", step, episodes, first_id=step * self.episodes_per_batch
+        )
 
     def evaluation_episodes(self, stream: Literal["validation", "test"], count: int) -> EvaluationEpisodes:
         """The fixed ``stream`` set of ``count`` episodes, sliced for this rank."""

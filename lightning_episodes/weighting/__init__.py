@@ -5,7 +5,8 @@ robust variants of ``docs/method.md``: proposal models of the difficulty distrib
 normal as in the paper, log-normal, empirical), target distributions over difficulty (:class:`Target` and its
 registry), importance weights (:func:`importance_weights`, :func:`density_ratio_weights`), normalisers of the
 step's loss scale (:class:`Normalizer`), the ESS-normalised loss of Algorithm 1 / Eq. 3
-(:func:`weighted_loss`, :func:`ess_weighted_loss`) and diagnostics of the weights (:func:`pareto_k`).
+(:func:`weighted_loss`, :func:`ess_weighted_loss`), diagnostics of the weights (:func:`pareto_k`) and the
+selection of a step's episodes from a pool of candidates by their weights (:func:`select_candidates`).
 """
 
 from lightning_episodes.weighting.diagnostics import (
@@ -49,6 +50,14 @@ from lightning_episodes.weighting.proposals import (
     kde_log_density,
     kde_quantiles,
     make_proposal,
+)
+from lightning_episodes.weighting.resampling import (
+    inclusion_probabilities,
+    select_candidates,
+    selection_generator,
+    standardize,
+    systematic_resample,
+    target_cdf,
 )
 from lightning_episodes.weighting.targets import (
     BaselineTarget,
@@ -114,6 +123,7 @@ __all__ = [
     "gpd_quantile",
     "heldout_log_likelihood",
     "importance_weights",
+    "inclusion_probabilities",
     "kde_bandwidth",
     "kde_log_density",
     "kde_quantiles",
@@ -123,9 +133,14 @@ __all__ = [
     "pareto_k",
     "pareto_smooth",
     "register_target",
+    "select_candidates",
+    "selection_generator",
     "skewness",
     "standard_normal_mass",
+    "standardize",
     "support_interval",
+    "systematic_resample",
+    "target_cdf",
     "truncate_weights",
     "weighted_loss",
 ]

@@ -74,7 +74,12 @@ def _logged(log_dir: str | None) -> list[dict[str, float]]:
 PAPER = {"warmup_steps": 100, "decay": 0.9, "update": "episode", "support_sigmas": 2.58, "out_of_support": "zero",
          "normalization": "ess", "offline_episodes": 1000, "proposal": "normal", "shuffle_weights": False}  # fmt: skip
 #: What each config states besides its target and estimate (the rest is the callback's defaults).
-OWN = {"uniform_online_placebo": {"shuffle_weights": True}, "uniform_online_psis": {"normalization": "psis"}}
+OWN = {
+    "uniform_online_placebo": {"shuffle_weights": True},
+    "uniform_online_psis": {"normalization": "psis"},
+    "uniform_resample": {"mode": "resample"},
+    "uniform_resample_placebo": {"mode": "resample", "shuffle_weights": True},
+}
 
 
 @pytest.mark.parametrize("path", sorted(SAMPLING.glob("*.yaml")), ids=lambda p: p.stem)
@@ -82,11 +87,13 @@ def test_a_sampling_config_states_only_what_differs_from_the_paper(path: Path) -
     (callback,) = yaml.safe_load(path.read_text())["trainer"]["callbacks"]
     init_args = callback["init_args"]
     target, estimate = path.stem.split("_")[:2]
+    estimate = "online" if estimate == "resample" else estimate  # resampling estimates q online
     assert (init_args.pop("target"), init_args.pop("estimate")) == (target, estimate)
     assert init_args == OWN.get(path.stem, {})
     # the rest is the callback's defaults, which are the paper's settings
     built = DifficultyWeightingCallback(target=target, estimate=estimate, reference_checkpoint="x.ckpt", **init_args)
-    assert {name: built.options[name] for name in PAPER} == {**PAPER, **OWN.get(path.stem, {})}
+    expected = {**PAPER, **OWN.get(path.stem, {})}
+    assert {name: built.options[name] for name in expected} == expected
 
 
 @pytest.mark.parametrize("scheme", [f"{t}_{p}" for t in TARGETS for p in ("online", "offline")])
@@ -158,3 +165,24 @@ def test_the_placebo_config_trains_with_permuted_uniform_weights(base: tuple[Pat
     saved = yaml.safe_load((Path(cli.trainer.log_dir) / "config.yaml").read_text())["trainer"]["callbacks"]
     assert [c["class_path"].rsplit(".", 1)[-1] for c in saved] == ["ResumableCheckpoint", "DifficultyWeightingCallback"]
     assert list(Path(cli.trainer.log_dir, "checkpoints").glob("best-*.ckpt"))
+
+
+@pytest.mark.parametrize("scheme", ["uniform_resample", "uniform_resample_placebo"])
+def test_the_resample_configs_train_on_chosen_episodes_with_weight_one(
+    base: tuple[Path, list[str]], scheme: str
+) -> None:
+    extra = [f"--trainer.callbacks.warmup_steps={WARMUP}", "--trainer.callbacks.pool=3"]
+    cli = main(["fit", *_args(base, scheme, *extra)])
+    weighting = next(c for c in cli.trainer.callbacks if isinstance(c, DifficultyWeightingCallback))
+    assert (weighting.mode, weighting.pool, weighting.shuffle_weights) == ("resample", 3, scheme.endswith("placebo"))
+    logged = _logged(cli.trainer.log_dir)
+    assert len(logged) == STEPS
+    assert all(row["ess_over_batch"] == 1.0 for row in logged)  # every trained episode has weight 1
+    for row in logged[WARMUP:]:  # the chosen episodes' goodness of fit, the pool's ESS, its unchosen share
+        assert 0.0 <= row["ks"] <= 1.0
+        assert 0.0 < row["pool_ess"] <= 12.0
+        assert 2 / 3 <= row["unselected"] < 1.0
+        assert row["score_ms"] > 0.0
+    selection = weighting.last_selection
+    assert selection is not None
+    assert selection.difficulties.numel() == 12
