@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from lightning_episodes.callbacks.checkpointing import (
     continue_logger_version,
     find_last_checkpoint,
 )
+from lightning_episodes.cli_checks import check_accelerator, check_world_size, own_outputs
 from lightning_episodes.console import TRAINER_COMMANDS, run
 from lightning_episodes.data.datamodule import EpisodicDataModule
 
@@ -125,7 +127,9 @@ class EpisodicCLI(LightningCLI):
 
     @override
     def before_instantiate_classes(self) -> None:
-        add_default_checkpoint(self.config[self.subcommand] if self.subcommand else self.config)
+        config = self.config[self.subcommand] if self.subcommand else self.config
+        add_default_checkpoint(config)
+        check_accelerator(config.get("trainer"))
 
     # -- --ckpt_path: `last`, `best` and broken files, resolved before Lightning sees them ------------------------
     @override
@@ -182,14 +186,27 @@ class EpisodicCLI(LightningCLI):
             raise FileNotFoundError(f"{last} records the best checkpoint {best}, which does not exist")
         return Path(best)
 
+    # -- before a subcommand runs: devices, --ckpt_path, output folders (checked and owned) ----------------------
+    @override
+    def _run_subcommand(self, subcommand: str) -> None:
+        # the output folders' lock (taken in before_<subcommand>) is released however the subcommand ends
+        with contextlib.ExitStack() as self._outputs:
+            super()._run_subcommand(subcommand)
+
+    def _before(self, subcommand: str) -> None:
+        check_world_size(self.trainer, self.datamodule)
+        self._resolve_ckpt_path(subcommand)
+        if self.trainer.global_rank == 0:  # once, not in every process of a distributed run
+            self._outputs.enter_context(own_outputs(self.trainer, lock=subcommand == "fit"))
+
     def before_fit(self) -> None:
-        self._resolve_ckpt_path("fit")
+        self._before("fit")
 
     def before_test(self) -> None:
-        self._resolve_ckpt_path("test")
+        self._before("test")
 
     def before_validate(self) -> None:
-        self._resolve_ckpt_path("validate")
+        self._before("validate")
 
     def after_fit(self) -> None:
         if self.config[self.subcommand].get("test_after_fit"):
