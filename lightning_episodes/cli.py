@@ -150,8 +150,10 @@ class EpisodicCLI(LightningCLI):
         ``last`` is the ``last.ckpt`` this configuration's checkpoint callback writes (the newest run folder's
         when it has no ``dirpath``; :func:`~lightning_episodes.callbacks.checkpointing.find_last_checkpoint`),
         and ``fit`` continues in that run folder. ``best`` is the best checkpoint recorded in that ``last.ckpt``
-        (Lightning only knows "best" inside ``fit``). Lightning itself would start over from scratch, with exit
-        code 0, when it finds no ``last`` checkpoint, and give a raw traceback for a broken file.
+        (Lightning only knows "best" inside ``fit``), which must be in the same folder: only the run's own record
+        is followed (one run owns a checkpoint folder at a time, :mod:`lightning_episodes.run_folder`). Lightning
+        itself would start over from scratch, with exit code 0, when it finds no ``last`` checkpoint, and give a
+        raw traceback for a broken file.
         """
         config = self.config_init[subcommand]
         value = config.get("ckpt_path")
@@ -182,6 +184,9 @@ class EpisodicCLI(LightningCLI):
         best = next((str(s["best_model_path"]) for s in candidates if s.get("best_model_path")), "")
         if not best:
             raise FileNotFoundError(f"{last} records no best checkpoint (did the run validate?)")
+        if Path(best).absolute().parent != last.absolute().parent:
+            # a record copied or moved from another run's folder: not this run's best
+            raise FileNotFoundError(f"{last} records the best checkpoint {best}, outside its own folder {last.parent}")
         if not Path(best).is_file():
             raise FileNotFoundError(f"{last} records the best checkpoint {best}, which does not exist")
         return Path(best)

@@ -144,9 +144,9 @@ def user_error(error: BaseException) -> str | None:
     )
     if isinstance(error, argparse.ArgumentError) or any(isinstance(e, argparse.ArgumentError) for e in chain):
         return _argument_message(chain)
-    path_error = next((e for e in (error, leaf) if isinstance(e, OSError) and _user_path(e)), None)
+    path_error = next((e for e in (error, leaf) if isinstance(e, OSError) and e.filename is not None), None)
     if path_error is not None:
-        return _path_message(path_error)
+        return _path_message(path_error) if _user_path(path_error) else None
     if isinstance(leaf, MisconfigurationException | FileNotFoundError | IsADirectoryError) or (
         configuring and isinstance(leaf, ValueError | TypeError | OSError)
     ):
@@ -159,7 +159,7 @@ def user_error(error: BaseException) -> str | None:
 
 def _user_path(error: OSError) -> bool:
     """Whether the operating system refused a path of the user's (not one inside this package, which is a bug)."""
-    return error.filename is not None and not str(Path(os.fsdecode(error.filename)).absolute()).startswith(_PACKAGE)
+    return not str(Path(os.fsdecode(error.filename)).absolute()).startswith(_PACKAGE)
 
 
 def _path_message(error: OSError) -> str:

@@ -33,7 +33,7 @@ from lightning_episodes.algorithms.loading import load_episodic_module
 from lightning_episodes.algorithms.maml import MAML
 from lightning_episodes.data.assembly import EpisodeAssembler
 from lightning_episodes.data.datasets.cache import image_array
-from lightning_episodes.data.datasets.folder import class_files, image_files, open_image
+from lightning_episodes.data.datasets.folder import class_files, image_files, open_image, require_folder
 from lightning_episodes.data.episode import Episode, EpisodeIdentity, episode_labels
 from lightning_episodes.models import set_eval_batch_norm
 
@@ -61,8 +61,7 @@ def support_classes(support_dir: Path) -> dict[str, list[Path]]:
         ValueError: if it holds files beside the class folders, no class, an empty class folder, a file that is not
             an image, or classes with different numbers of images.
     """
-    if not support_dir.is_dir():
-        raise FileNotFoundError(f"support folder {support_dir} does not exist or is not a folder")
+    require_folder(support_dir, "support folder")
     classes = class_files(support_dir)
     shots = {name: len(files) for name, files in classes.items()}
     if len(set(shots.values())) > 1:

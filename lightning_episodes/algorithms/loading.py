@@ -4,6 +4,7 @@ library without knowing its algorithm in advance."""
 from __future__ import annotations
 
 import importlib
+import os
 import pickle
 import zipfile
 from pathlib import Path
@@ -39,12 +40,15 @@ def check_checkpoint_file(path: str | Path) -> Path:
         CheckpointError: if it is a directory, empty, truncated or not a file written by ``torch.save``.
     """
     path = Path(path)
+    try:
+        path.stat()  # a link loop or a refused permission: the operating system's reason, with the path
+    except FileNotFoundError:
+        link = f" (a symbolic link to {os.readlink(path)}, which does not exist)" if path.is_symlink() else ""
+        raise FileNotFoundError(f"checkpoint {path} does not exist{link}") from None
     if path.is_dir():
         inside = sorted(p.name for p in path.glob("*.ckpt"))[:5]
         hint = f" (it holds {', '.join(inside)})" if inside else ""
         raise CheckpointError(f"checkpoint {path} is a directory, not a checkpoint file{hint}")
-    if not path.exists():
-        raise FileNotFoundError(f"checkpoint {path} does not exist")
     size = path.stat().st_size
     if size == 0:
         raise CheckpointError(f"checkpoint {path} is empty (0 bytes): was the run killed while saving it?")

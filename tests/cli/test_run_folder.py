@@ -186,3 +186,18 @@ def test_atomic_write_keeps_the_old_file(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["x.bin"]
     atomic_write(target, lambda temporary: temporary.write_bytes(b"new"))
     assert target.read_bytes() == b"new"
+
+
+def test_best_is_only_read_from_the_runs_own_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A last.ckpt whose record points into another folder (another run's) is refused, not followed."""
+    folder, elsewhere = tmp_path / "mine", tmp_path / "theirs"
+    folder.mkdir()
+    elsewhere.mkdir()
+    torch.save({"state_dict": {}}, elsewhere / "best-6-0.9000.ckpt")
+    record = {"best_model_path": str(elsewhere / "best-6-0.9000.ckpt")}
+    torch.save({"state_dict": {}, "callbacks": {"ResumableCheckpoint": record}}, folder / "last.ckpt")
+    assert entry(["test", "--config", str(_with_dirpath(tmp_path, folder)), "--ckpt_path", "best"]) == 2
+    (line,) = _error_lines(capsys)
+    assert line.endswith(
+        f"records the best checkpoint {elsewhere / 'best-6-0.9000.ckpt'}, outside its own folder {folder}"
+    )
