@@ -15,7 +15,7 @@ from typing_extensions import override
 
 import lightning_episodes  # noqa: F401  (registers algorithms, callbacks and datasets for short names)
 from lightning_episodes.algorithms.base import EpisodicModule
-from lightning_episodes.algorithms.loading import CheckpointError, read_checkpoint
+from lightning_episodes.algorithms.loading import CheckpointError, check_class_path, read_checkpoint
 from lightning_episodes.callbacks.checkpointing import (
     checkpoint_callback,
     continue_logger_version,
@@ -140,9 +140,28 @@ class EpisodicCLI(LightningCLI):
         value = self.config[subcommand].get("ckpt_path") if subcommand else None
         if value is not None and value not in ("last", "best") and Path(value).exists():
             try:
-                read_checkpoint(value)
+                self._check_checkpoint_model(read_checkpoint(value), value, subcommand)
             except CheckpointError as error:
                 parser.error(f"--ckpt_path {value}: {error}")
+
+    def _check_checkpoint_model(self, checkpoint: dict[str, Any], path: str, subcommand: str) -> None:
+        """Refuse a checkpoint whose recorded model class is outside this library and the configured ``--model``'s
+        module, before LightningCLI imports it; say so when the checkpoint's algorithm replaces the configured one."""
+        model = self.config[subcommand].get("model")
+        configured = model.get("class_path") if isinstance(model, Namespace) else None
+        allowed = [configured.rpartition(".")[0]] if isinstance(configured, str) else []
+        hparams = checkpoint.get("hyper_parameters") or {}
+        record = checkpoint.get("lightning_episodes") or {}
+        recorded = hparams.get("_class_path") if isinstance(hparams, dict) else None
+        for class_path in (recorded, record.get("class_path") if isinstance(record, dict) else None):
+            if class_path is not None:
+                check_class_path(class_path, allowed, f"checkpoint {path}")
+        if isinstance(recorded, str) and isinstance(configured, str):
+            saved, given = recorded.rpartition(".")[2], configured.rpartition(".")[2]
+            if saved != given:
+                rank_zero_info(
+                    f"note: --ckpt_path {path} holds a {saved} model: {subcommand} runs {saved}, not {given}"
+                )
 
     def _resolve_ckpt_path(self, subcommand: str) -> None:
         """Turn ``--ckpt_path last|best|FILE`` into a checked file, or stop with one message naming what is wrong.

@@ -11,21 +11,15 @@ from pathlib import Path
 from typing import Any
 
 import pytorch_lightning as pl
-import torch
 from pytorch_lightning.loggers import CSVLogger
 
 from lightning_episodes.callbacks.checkpointing import checkpoint_callback
+from lightning_episodes.commands._common import available_devices
 from lightning_episodes.data.datamodule import EpisodicDataModule
 from lightning_episodes.run_folder import owned_folders
 
 #: ``trainer.accelerator`` values that need a device, and how to tell whether it is there.
 _DEVICES = {"gpu": "cuda", "cuda": "cuda", "mps": "mps"}
-
-
-def available_devices() -> list[str]:
-    """The device kinds this machine has: ``cpu``, and ``cuda`` and ``mps`` when available."""
-    mps = getattr(torch.backends, "mps", None)
-    return ["cpu", *(["cuda"] if torch.cuda.is_available() else []), *(["mps"] if mps and mps.is_available() else [])]
 
 
 def check_accelerator(trainer: Any) -> None:

@@ -130,7 +130,11 @@ def predict_tensors(module: EpisodicModule, support: torch.Tensor, ways: int, qu
 
 
 def predict(
-    checkpoint: str | Path, support_dir: str | Path, query_dir: str | Path, device: str | torch.device = "cpu"
+    checkpoint: str | Path,
+    support_dir: str | Path,
+    query_dir: str | Path,
+    device: str | torch.device = "cpu",
+    allowed_modules: Sequence[str] = (),
 ) -> list[Prediction]:
     """Classify the images of ``query_dir`` among the classes of ``support_dir`` with a trained checkpoint.
 
@@ -138,7 +142,9 @@ def predict(
         checkpoint: a checkpoint of any algorithm of this library.
         support_dir: one sub-folder per class (its name is the class name), each with the same number of images.
         query_dir: the images to classify.
-        device: where the model runs (``"cpu"``, ``"cuda"``, ...).
+        device: where the model runs (``"cpu"``, ``"cuda"``, ...); a checkpoint saved on a GPU loads onto it.
+        allowed_modules: modules besides this library's that the checkpoint's model class may come from
+            (:func:`~lightning_episodes.algorithms.loading.check_class_path`).
 
     Returns:
         One :class:`Prediction` per query image, in file-name order.
@@ -149,7 +155,7 @@ def predict(
             unequal shots, or a support set with another number of classes than a MAML/ANIL head has outputs.
     """
     checkpoint, support_dir, query_dir = Path(checkpoint), Path(support_dir), Path(query_dir)
-    module = load_episodic_module(checkpoint, map_location=device)
+    module = load_episodic_module(checkpoint, map_location=device, allowed_modules=allowed_modules)
     classes = support_classes(support_dir)
     names = list(classes)
     if isinstance(module, MAML) and len(names) != module.ways:

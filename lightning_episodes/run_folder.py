@@ -56,6 +56,9 @@ def probe_writable(folder: str | Path, what: str) -> list[Path]:
     """
     folder = Path(folder)
     created = [p for p in (folder, *folder.parents) if not os.path.lexists(p)]
+    existing = next((p for p in (folder, *folder.parents) if os.path.lexists(p)), None)
+    if existing is not None and os.path.exists(existing) and not existing.is_dir():
+        raise OutputPathError(f"{what} {folder} cannot be written: {existing} is a file, not a folder", folder)
     probe = folder / f".write-probe-{os.getpid()}"
     try:
         folder.mkdir(parents=True, exist_ok=True)

@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 
 from lightning_episodes.analysis.report import RESULTS_FILE, BoldWithin, build_table, find_results, read_result
-from lightning_episodes.commands._common import arguments, command_parser
+from lightning_episodes.commands._common import arguments, command_parser, probe_output
 
 
 def parser() -> Any:
@@ -43,6 +43,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         argparse.ArgumentError: for an unknown option or a value of the wrong type.
     """
     args = parser().parse_args(arguments(argv))
+    probe_output(args.markdown, "--markdown")
+    probe_output(args.csv, "--csv")
     results = []
     for path in find_results(args.runs):
         try:
@@ -57,6 +59,5 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(markdown, end="")
     for path, text in ((args.markdown, markdown), (args.csv, table.to_csv() if args.csv else "")):
         if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text)
     return 0

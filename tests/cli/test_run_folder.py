@@ -104,7 +104,7 @@ def test_an_output_folder_that_cannot_be_written_stops_before_training(
     assert entry(["fit", "--config", str(config)]) == 2
     (line,) = _error_lines(capsys)
     assert f"{which} folder {inside}" in line
-    assert "cannot be written: Not a directory" in line
+    assert line.endswith(f"cannot be written: {blocker} is a file, not a folder")
     assert not list(tmp_path.rglob("*.ckpt"))
 
 
