@@ -214,7 +214,9 @@ def continue_logger_version(trainer: pl.Trainer, checkpoint: Path, step: int) ->
         root = getattr(logger, "root_dir", None)
         if root is None or Path(root).resolve() != run_dir.parent.resolve() or not hasattr(logger, "_version"):
             continue
-        logger._version = run_dir.name
+        # the number of a `version_<n>` folder, as the logger gives it (a string would show as `v_num=on_0`)
+        number = run_dir.name.removeprefix("version_")
+        logger._version = int(number) if number.isdigit() and run_dir.name.startswith("version_") else run_dir.name
         if isinstance(logger, CSVLogger) and trainer.is_global_zero:
             _carry_csv_rows(logger, run_dir / "metrics.csv", step)
 
