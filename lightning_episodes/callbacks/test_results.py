@@ -40,7 +40,7 @@ def scenario_hash(hparams: dict[str, Any], data: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(scenario, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def checkpoint_step(ckpt_path: str | None) -> int:
+def checkpoint_step(ckpt_path: str | Path | None) -> int:
     """The global step recorded in ``ckpt_path`` (0 without one): the step of the weights a ``test`` alone evaluates,
     whose Trainer has not trained."""
     if not ckpt_path:
