@@ -24,6 +24,8 @@ from typing import Any
 
 #: The lock file's name in a checkpoint folder.
 LOCK_NAME = ".lightning-episodes.lock"
+#: A SLURM job requeued (maybe on another host) takes over the lock of its earlier run.
+_JOB_ENV = "SLURM_JOB_ID"
 
 
 class OutputPathError(OSError):
@@ -110,10 +112,12 @@ class RunFolderLock:
         self.folder = Path(folder)
         self.path = self.folder / LOCK_NAME
         self.record = {"pid": os.getpid(), "host": socket.gethostname(), "owner": owner}
+        if os.environ.get(_JOB_ENV):
+            self.record["job"] = os.environ[_JOB_ENV]
         self._held = False
 
     def acquire(self) -> None:
-        """Take the lock, or take over a dead process's lock with a warning.
+        """Take the lock, or take over a dead process's (or the same SLURM job's earlier) lock with a warning.
 
         Raises:
             RunFolderLockedError: naming the folder and the run holding it, if a live run (or one on another host,
@@ -156,6 +160,10 @@ class RunFolderLock:
 
     @staticmethod
     def _stale(holder: dict[str, Any]) -> bool:
+        """A lock of a dead process on this host, or of an earlier run of this cluster job (requeued, maybe on
+        another host)."""
+        if holder.get("job") is not None and holder.get("job") == os.environ.get(_JOB_ENV):
+            return True
         pid = holder.get("pid")
         return holder.get("host") == socket.gethostname() and isinstance(pid, int) and not _alive(pid)
 

@@ -64,6 +64,17 @@ def test_a_dead_process_lock_is_taken_over_with_a_warning(tmp_path: Path) -> Non
         RunFolderLock(tmp_path).acquire()
 
 
+def test_a_requeued_cluster_job_takes_over_its_own_lock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SLURM requeues a job on another node: its earlier run's lock (another host, same job id) is its own."""
+    monkeypatch.setenv("SLURM_JOB_ID", "4242")
+    (tmp_path / LOCK_NAME).write_text(json.dumps({"pid": 1, "host": "node-a", "owner": "", "job": "4242"}))
+    with pytest.warns(UserWarning, match="no longer running"), RunFolderLock(tmp_path):
+        assert json.loads((tmp_path / LOCK_NAME).read_text())["job"] == "4242"
+    (tmp_path / LOCK_NAME).write_text(json.dumps({"pid": 1, "host": "node-a", "owner": "", "job": "4243"}))
+    with pytest.raises(RunFolderLockedError, match="process 1 on node-a"):
+        RunFolderLock(tmp_path).acquire()
+
+
 # -- through the command line -----------------------------------------------------------------------------------
 @pytest.mark.slow
 def test_a_second_fit_into_a_used_folder_stops_at_start(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
