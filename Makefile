@@ -3,7 +3,7 @@
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup quickstart test lint bench
+.PHONY: setup quickstart test lint bench docs
 
 setup:
 	bash scripts/setup.sh
@@ -13,9 +13,13 @@ quickstart: setup
 	$(BIN)/lightning-episodes test --config configs/quickstart.yaml --ckpt_path best
 
 lint: setup
-	$(BIN)/ruff check lightning_episodes tests benchmarks scripts
-	$(BIN)/ruff format --check lightning_episodes tests benchmarks scripts
+	$(BIN)/ruff check lightning_episodes tests benchmarks scripts docs/hooks
+	$(BIN)/ruff format --check lightning_episodes tests benchmarks scripts docs/hooks
 	$(BIN)/mypy
 
 test: lint
 	$(BIN)/pytest --doctest-modules lightning_episodes tests
+
+# the documentation site, into site/ (tests/test_docs.py builds it the same way in `make test`)
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict

@@ -7,6 +7,7 @@ import importlib
 from pathlib import Path
 from typing import Any
 
+import torch
 from jsonargparse import Namespace
 from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.cli import LightningArgumentParser, LightningCLI
@@ -16,6 +17,7 @@ from typing_extensions import override
 import lightning_episodes  # noqa: F401  (registers algorithms, callbacks and datasets for short names)
 from lightning_episodes.algorithms.base import EpisodicModule
 from lightning_episodes.algorithms.loading import CheckpointError, check_class_path, read_checkpoint
+from lightning_episodes.algorithms.schedules import check_schedule
 from lightning_episodes.callbacks.checkpointing import (
     checkpoint_callback,
     continue_logger_version,
@@ -224,7 +226,15 @@ class EpisodicCLI(LightningCLI):
             self._outputs.enter_context(own_outputs(self.trainer, lock=subcommand == "fit"))
 
     def before_fit(self) -> None:
+        self._check_schedule()
         self._before("fit")
+
+    def _check_schedule(self) -> None:
+        # a schedule that anneals to max_steps fails here, before any process starts, not in configure_optimizers
+        factory = getattr(self.model, "lr_scheduler", None)
+        if factory is not None:
+            probe = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0)
+            check_schedule(factory(probe), self.trainer.max_steps)
 
     def before_test(self) -> None:
         self._before("test")

@@ -20,6 +20,7 @@ from typing_extensions import override
 from lightning_episodes.algorithms.functional import query_loss
 from lightning_episodes.algorithms.interface import EpisodeOutput, WeightingStrategy, check_choice, check_min
 from lightning_episodes.algorithms.metrics import EpisodeMeanCI, EpisodeScores, ScoredEpisodes
+from lightning_episodes.algorithms.schedules import check_schedule
 from lightning_episodes.data.episode import Episode
 from lightning_episodes.models import EpisodicBackbone, EvalBatchNorm, build_backbone, feature_size, set_eval_batch_norm
 from lightning_episodes.weighting import EpisodeWeights, WeightedLoss, weighted_loss
@@ -73,7 +74,8 @@ class EpisodicModule(pl.LightningModule):
         in_channels: image channels (linked from ``data.channels`` by the CLI).
         image_size: image height and width (linked from ``data.image_size`` by the CLI).
         optimizer: the optimiser factory, e.g. ``torch.optim.SGD`` from YAML (default: Adam, lr 1e-3).
-        lr_scheduler: an optional scheduler factory, stepped every optimiser step.
+        lr_scheduler: an optional scheduler factory, stepped every optimiser step (``configs/schedules/``: constant,
+            step, cosine, linear; :mod:`~lightning_episodes.algorithms.schedules` anneals to ``trainer.max_steps``).
         eval_batch_norm: batch-norm statistics at evaluation: ``running`` (the running buffers) or
             ``episode`` (each episode's own inputs). Evaluation never changes the model in either mode.
         channels_last: run the convolutions in the ``channels_last`` (NHWC) memory layout: the weights are
@@ -252,13 +254,17 @@ class EpisodicModule(pl.LightningModule):
         }
 
     def _log_training(self, out: EpisodeOutput, result: WeightedLoss) -> None:
-        """``train/loss`` (the mean of the finite episode losses; shown in the progress bar) and ``train/acc``, on
-        the steps where the loggers write and the last of ``max_steps`` (so the progress bar's ``train/loss`` and
-        ``trainer.callback_metrics`` hold the last logged one)."""
+        """``train/loss`` (the mean of the finite episode losses; shown in the progress bar), ``train/acc`` and
+        ``train/lr`` (the first parameter group's learning rate, this step's), on the steps where the loggers write
+        and the last of ``max_steps`` (so the progress bar's ``train/loss`` and ``trainer.callback_metrics`` hold the
+        last logged one)."""
         finite = torch.isfinite(out.losses.detach())
         mean_loss = out.losses.detach()[finite].mean() if finite.any() else out.losses.new_tensor(float("nan"))
         self.log("train/loss", mean_loss, prog_bar=True, sync_dist=True, batch_size=len(out.losses))
         self.log("train/acc", out.accuracies.float().mean(), sync_dist=True, batch_size=len(out.losses))
+        optimizers = self.trainer.optimizers
+        if optimizers:  # the same on every rank: a Python number, no collective
+            self.log("train/lr", float(optimizers[0].param_groups[0]["lr"]), batch_size=len(out.losses))
 
     # -- evaluation ----------------------------------------------------------------------------------------
     @override
@@ -406,4 +412,5 @@ class EpisodicModule(pl.LightningModule):
         if self.lr_scheduler is None:
             return optimizer
         scheduler = self.lr_scheduler(optimizer)
+        check_schedule(scheduler, self._trainer.max_steps if self._trainer is not None else None)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}

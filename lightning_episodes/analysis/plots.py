@@ -13,11 +13,13 @@ from collections.abc import Sequence
 import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 from scipy import stats
 
 from lightning_episodes.analysis._arrays import ArrayLike, as_indices, as_matrix, as_vector
 from lightning_episodes.analysis.correlation import paired_vectors, rank_correlation
 from lightning_episodes.analysis.normality import fit_normal
+from lightning_episodes.analysis.report import ResultsTable, RunResult
 
 EASY_COLOR = "tab:blue"
 HARD_COLOR = "tab:red"
@@ -201,3 +203,45 @@ def _non_constant(values: ArrayLike) -> np.ndarray:
     if np.ptp(array) == 0.0:
         raise ValueError("`values` is constant: there is no spread to compare with a normal")
     return array
+
+
+def plot_study(table: ResultsTable, runs: Sequence[RunResult]) -> Figure:
+    """A study at a glance: per benchmark (a column of ``table``), each arm's test accuracy with its 95% interval
+    (top) and each run's validation curve, coloured by arm, with its best step marked (bottom).
+
+    Args:
+        table: the results table of the runs (:func:`~lightning_episodes.analysis.report.build_table`).
+        runs: the runs themselves (their validation curves; runs without one are left out of the bottom row).
+
+    Returns:
+        The figure (pyplot-free; ``figure.savefig(path)`` renders it).
+    """
+    columns = table.columns
+    figure = Figure(figsize=(5.0 * max(1, len(columns)), 7.0), layout="constrained")
+    axes = figure.subplots(2, max(1, len(columns)), squeeze=False)
+    colours = {row: f"C{k}" for k, row in enumerate(table.rows)}
+    for j, column in enumerate(columns):
+        top, bottom = axes[0, j], axes[1, j]
+        present = [row for row in table.rows if (row, column) in table.cells]
+        for k, row in enumerate(present):
+            cell = table.cells[row, column]
+            top.errorbar(k, 100 * cell.mean, yerr=100 * cell.ci95, fmt="o", capsize=4, color=colours[row])
+        top.set_xticks(
+            range(len(present)), [f"{row.scheme}\n({table.cells[row, column].seeds} seeds)" for row in present]
+        )
+        top.tick_params(axis="x", labelsize=7)
+        top.set_ylabel("test accuracy (%) ± 95% CI")
+        top.set_title(column.label)
+        for run in runs:
+            if run.column != column or not run.validation:
+                continue
+            steps, accuracies = zip(*run.validation, strict=True)
+            bottom.plot(steps, [100 * a for a in accuracies], color=colours.get(run.row, "k"), alpha=0.8, lw=1)
+            best = max(run.validation, key=lambda point: point[1])
+            bottom.plot([best[0]], [100 * best[1]], "o", color=colours.get(run.row, "k"), ms=4)
+        bottom.set_xlabel("step")
+        bottom.set_ylabel("validation accuracy (%)")
+        handles = [Line2D([], [], color=colours[row], label=row.scheme) for row in present]
+        if handles:
+            bottom.legend(handles=handles, fontsize=7)
+    return figure

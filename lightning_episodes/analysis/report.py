@@ -61,6 +61,8 @@ _DATASETS = {
     "fgvc-aircraft": "FGVC-Aircraft",
     "vgg-flowers": "VGG Flowers",
     "glyphs": "Glyphs",
+    "glyphs-hard": "Glyphs-hard",
+    "glyphs-100": "Glyphs-100",
 }
 _BACKBONES = {"conv4": "Conv-4", "resnet12": "ResNet-12", "resnet12-wide": "ResNet-12 (wide)"}
 _ALGORITHMS = ("ProtoNet (Euclidean)", "ProtoNet (cosine)", "MAML", "ANIL", "FEAT")
@@ -161,6 +163,20 @@ class RunResult:
     ci95: float
     episodes: int
     seed: tuple[Any, Any] | None = None
+    #: ``(step, validation accuracy)`` of every validation of the fit, in step order (older records: empty)
+    validation: tuple[tuple[int, float], ...] = ()
+
+    @property
+    def best_step(self) -> int | None:
+        """The step of the best validation accuracy (the first of equals, as the checkpoint callback keeps it)."""
+        return max(self.validation, key=lambda point: point[1])[0] if self.validation else None
+
+    @property
+    def converged(self) -> bool | None:
+        """Whether the best validation came before the last one: the run stopped after its peak (``None``: no
+        validation curve in the record)."""
+        best = self.best_step
+        return None if best is None else best < self.validation[-1][0]
 
 
 @dataclass(frozen=True)
@@ -285,6 +301,7 @@ def read_result(path: str | Path) -> RunResult:
         ci95=float(record["ci95"]),
         episodes=int(record.get("episodes", 0)),
         seed=None if isinstance(seed, bool) or seed is None else (seed, data.get("seed")),
+        validation=tuple((int(step), float(accuracy)) for step, accuracy in record.get("validation") or []),
     )
 
 
@@ -386,3 +403,26 @@ def build_table(results: Iterable[RunResult], bold_within: BoldWithin = "column"
     rows = sorted({row for row, _ in cells}, key=Row.key)
     columns = sorted({column for _, column in cells}, key=Column.key)
     return ResultsTable(rows, columns, cells)
+
+
+def runs_markdown(results: Iterable[RunResult]) -> str:
+    """A Markdown table with a line per run that recorded its validation curve: its test accuracy, its best
+    validation accuracy and step, its last validation step, and whether it converged (its best validation came
+    before its last); empty if no run recorded a curve."""
+    runs = sorted((r for r in results if r.validation), key=lambda r: (r.column.key(), r.row.key(), str(r.seed)))
+    if not runs:
+        return ""
+    lines = [
+        "| Benchmark | Sampling | Seed | Test acc. (%) | Best val. acc. (%) | Best step | Last validation | Converged |"
+    ]
+    lines.append("|---|---|---:|---:|---:|---:|---:|---|")
+    for run in runs:
+        best = max(accuracy for _, accuracy in run.validation)
+        seed = "" if run.seed is None else run.seed[0]
+        lines.append(
+            f"| {run.column.label} | {run.row.scheme} | {seed} | {100 * run.accuracy:.2f} ± {100 * run.ci95:.2f} | "
+            f"{100 * best:.2f} | {run.best_step} | {run.validation[-1][0]} | {'yes' if run.converged else 'no'} |"
+        )
+    return (
+        "\n".join(lines) + "\n\nConverged: the best validation came before the last (the run stopped after its peak).\n"
+    )

@@ -59,7 +59,9 @@ class TestResultsWriter(Callback):
     """Writes ``<log dir>/test_results.json`` at the end of each test of an
     :class:`~lightning_episodes.EpisodicModule`: accuracy ± 95% CI, loss and number of test episodes, the
     checkpoint, the global step, the seed, the sampling scheme (every option of the weighting callback), the model
-    and data settings and a hash of them (the scenario); and beside it ``test_episodes.csv``: each test episode's
+    and data settings and a hash of them (the scenario), and the fit's validation curve (``validation``: every
+    ``[step, val/acc]`` of the fit that led to the tested model, kept in the checkpoints so a resumed fit or a test
+    of a saved checkpoint still has it); and beside it ``test_episodes.csv``: each test episode's
     identity, difficulty and accuracy as the test computed them (what ``lightning-episodes compare`` pairs), when
     the test ran on an :class:`~lightning_episodes.EpisodicDataModule`'s fixed test episodes (else a table left by
     an earlier test in that folder is removed).
@@ -69,6 +71,26 @@ class TestResultsWriter(Callback):
     """
 
     __test__ = False  # not a pytest test class, despite its name
+
+    def __init__(self) -> None:
+        #: ``{step: val/acc}`` of every validation of the fit (the sanity check left out)
+        self.validation: dict[int, float] = {}
+
+    @override
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        accuracy = trainer.callback_metrics.get("val/acc")
+        if trainer.state.fn == "fit" and not trainer.sanity_checking and accuracy is not None:
+            self.validation[trainer.global_step] = float(accuracy)
+
+    @override
+    def state_dict(self) -> dict[str, Any]:
+        return {"validation": [[step, accuracy] for step, accuracy in sorted(self.validation.items())]}
+
+    @override
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        # a union: testing the best checkpoint after a fit restores the curve up to the best step, which must not
+        # cut off the later validations this writer saw
+        self.validation.update({int(step): float(accuracy) for step, accuracy in state_dict.get("validation", [])})
 
     @override
     def on_test_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -128,4 +150,14 @@ class TestResultsWriter(Callback):
             "hparams": hparams,
             "data": data,
             "config_hash": scenario_hash(hparams, data),
+            "validation": validation_record(TestResultsWriter._writer_of(trainer)),
         }
+
+    @staticmethod
+    def _writer_of(trainer: pl.Trainer) -> TestResultsWriter | None:
+        return next((cb for cb in trainer.callbacks if isinstance(cb, TestResultsWriter)), None)  # type: ignore[attr-defined]
+
+
+def validation_record(writer: TestResultsWriter | None) -> list[list[float]]:
+    """The ``validation`` entry of a record: ``[step, val/acc]`` pairs in step order (empty without a writer)."""
+    return [] if writer is None else [[step, accuracy] for step, accuracy in sorted(writer.validation.items())]

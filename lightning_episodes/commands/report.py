@@ -1,6 +1,8 @@
-"""``lightning-episodes report RUN_DIRS... [--markdown PATH] [--csv PATH] [--bold-within column|scenario]``: the
-paper's results tables from the ``test_results.json`` files of test runs (:mod:`lightning_episodes.analysis.report`
-says how runs become rows, columns and cells)."""
+"""``lightning-episodes report RUN_DIRS... [--markdown PATH] [--csv PATH] [--bold-within column|scenario] [--plot
+FILE]``: the paper's results tables from the ``test_results.json`` files of test runs
+(:mod:`lightning_episodes.analysis.report` says how runs become rows, columns and cells), then a line per run with
+its best validation step and whether it converged, and with ``--plot`` a figure of the arms and the runs'
+validation curves."""
 
 from __future__ import annotations
 
@@ -12,7 +14,14 @@ from typing import Any
 
 import yaml
 
-from lightning_episodes.analysis.report import RESULTS_FILE, BoldWithin, build_table, find_results, read_result
+from lightning_episodes.analysis.report import (
+    RESULTS_FILE,
+    BoldWithin,
+    build_table,
+    find_results,
+    read_result,
+    runs_markdown,
+)
 from lightning_episodes.commands._common import arguments, command_parser, probe_output
 
 
@@ -30,6 +39,12 @@ def parser() -> Any:
         default="column",
         help="where the best entry is bold: per column, or per algorithm in each column",
     )
+    parser.add_argument(
+        "--plot",
+        type=Path | None,
+        default=None,
+        help="also draw each arm's test accuracy with its interval and each run's validation curve (PNG, PDF, SVG)",
+    )
     return parser
 
 
@@ -45,6 +60,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(arguments(argv))
     probe_output(args.markdown, "--markdown")
     probe_output(args.csv, "--csv")
+    probe_output(args.plot, "--plot")
     results = []
     for path in find_results(args.runs):
         try:
@@ -56,7 +72,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     table = build_table(results, args.bold_within)
     markdown = table.to_markdown()
+    runs = runs_markdown(results)
+    if runs:  # the runs that recorded their validation curve: where each peaked, and whether it converged
+        markdown += "\n" + runs
     print(markdown, end="")
+    if args.plot is not None:
+        from lightning_episodes.analysis.plots import plot_study
+
+        plot_study(table, results).savefig(args.plot)
     for path, text in ((args.markdown, markdown), (args.csv, table.to_csv() if args.csv else "")):
         if path is not None:
             path.write_text(text)

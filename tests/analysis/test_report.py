@@ -351,3 +351,30 @@ def test_old_records_with_proposal_online_or_offline_still_work(tmp_path: Path) 
     assert set(cells) == {"baseline", "uniform (online)", "uniform (offline)", "hard (offline)"}
     assert cells["uniform (online)"].seeds == 2
     assert cells["uniform (online)"].mean == pytest.approx(0.51)
+
+
+def test_best_step_and_convergence_by_hand(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Run a peaks at step 600 of 900 (converged); run b's best is its last (not converged); on a tie the first
+    best counts, as the checkpoint callback keeps it (run c peaks at 300); an old record has no curve."""
+    curves = {
+        "a": [[300, 0.40], [600, 0.47], [900, 0.45]],
+        "b": [[300, 0.40], [600, 0.44], [900, 0.46]],
+        "c": [[300, 0.45], [600, 0.45], [900, 0.44]],
+    }
+    for seed, (name, curve) in enumerate(curves.items()):
+        write_run(tmp_path / name, 0.45, 0.01, [weighting("uniform")], seed=seed, validation=curve)
+    write_run(tmp_path / "old", 0.45, 0.01, [weighting("baseline")])
+    runs = {r.path.parent.name: r for r in load(tmp_path)}
+    assert [(runs[n].best_step, runs[n].converged) for n in "abc"] == [(600, True), (900, False), (300, True)]
+    assert (runs["old"].validation, runs["old"].best_step, runs["old"].converged) == ((), None, None)
+
+    plot = tmp_path / "out/study.png"
+    assert main([str(tmp_path), "--plot", str(plot)]) == 0
+    printed = capsys.readouterr().out
+    lines = [line for line in printed.splitlines() if line.startswith("| Mini-ImageNet")]
+    assert lines == [
+        "| Mini-ImageNet, Conv-4, 5-way 1-shot | uniform (online) | 0 | 45.00 ± 1.00 | 47.00 | 600 | 900 | yes |",
+        "| Mini-ImageNet, Conv-4, 5-way 1-shot | uniform (online) | 1 | 45.00 ± 1.00 | 46.00 | 900 | 900 | no |",
+        "| Mini-ImageNet, Conv-4, 5-way 1-shot | uniform (online) | 2 | 45.00 ± 1.00 | 45.00 | 300 | 900 | yes |",
+    ]
+    assert plot.read_bytes().startswith(b"\x89PNG"), "a PNG figure"

@@ -4,6 +4,7 @@ accuracy; a test of anything else leaves no table (an earlier test's is removed,
 
 from __future__ import annotations
 
+import csv
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +17,7 @@ from lightning_episodes import ProtoNet
 from lightning_episodes.analysis import DifficultyTable
 from lightning_episodes.analysis.scoring import score_episodes, scoring_identities
 from lightning_episodes.callbacks.test_results import RESULTS_FILE, SCORES_FILE
-from tests.helpers import tiny_datamodule, tiny_trainer
+from tests.helpers import tiny_cli_options, tiny_datamodule, tiny_trainer
 
 
 class Batches:
@@ -79,3 +80,23 @@ def test_a_test_on_other_loaders_leaves_no_table(tmp_path: Path) -> None:
     trainer.test(model, dataloaders=Batches(episodes))  # no data module: which episodes these are is unknown
     assert (folder / RESULTS_FILE).is_file()
     assert not (folder / SCORES_FILE).exists()
+
+
+@pytest.mark.slow
+def test_the_record_keeps_the_whole_validation_curve(tmp_path: Path) -> None:
+    """Validations at steps 2, 4 and 6; the test of the best checkpoint (restored with the writer's state as of its
+    step) still records all three, each equal to the logged val/acc; a standalone test of last.ckpt too."""
+    from lightning_episodes.cli import main
+
+    options = tiny_cli_options(tmp_path, **{"trainer.max_steps": 6, "trainer.val_check_interval": 2})
+    main(["fit", "--config", "configs/quickstart.yaml", *options, f"--trainer.callbacks.dirpath={tmp_path}/ckpt",
+          "--test_after_fit=true", "--trainer.log_every_n_steps=1"])  # fmt: skip
+    (record_path,) = tmp_path.rglob("test_results.json")
+    record = json.loads(record_path.read_text())
+    with (record_path.parent / "metrics.csv").open(newline="") as handle:
+        logged = [[int(r["step"]) + 1, float(r["val/acc"])] for r in csv.DictReader(handle) if r.get("val/acc")]
+    assert [step for step, _ in record["validation"]] == [2, 4, 6]
+    assert [step for step, _ in logged] == [2, 4, 6]
+    assert [accuracy for _, accuracy in record["validation"]] == pytest.approx([accuracy for _, accuracy in logged])
+    state = torch.load(tmp_path / "ckpt/last.ckpt", weights_only=True)["callbacks"]["TestResultsWriter"]
+    assert state["validation"] == record["validation"]

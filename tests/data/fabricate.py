@@ -237,6 +237,20 @@ def write_npz_example(root: Path, per_class: int = 3) -> Fabricated:
 GLYPHS_CHARACTERS = {"train": "ABg0→", "validation": "⠿─▌", "test": "ΩλЖԱ"}
 
 
+def write_glyphs_100(root: Path, images_per_class: int = 3) -> Fabricated:
+    """The cache file ``glyphs-100`` reads from ``root`` for ``images_per_class``, seed 0 and 32 px, rendered for the
+    letters of :data:`GLYPHS_CHARACTERS` alone (7 letters: split 5/1/1 by the 64/16/20 shares, at random)."""
+    from lightning_episodes.data.datasets import glyphs_100, rendered
+
+    payload = glyphs_100.build_payload(32, images_per_class, 0, characters="".join(GLYPHS_CHARACTERS.values()))
+    rendered.write_cache(glyphs_100.cache_file(root, 32, images_per_class, 0), payload)
+    letters = payload["characters"]
+    splits = glyphs_100.split_classes(len(letters))
+    fab = Fabricated({split: [letters[k] for k in ids] for split, ids in splits.items()})
+    fab.counts = dict.fromkeys(letters, images_per_class)
+    return fab
+
+
 def write_glyphs(root: Path, images_per_class: int = 3, hard: bool = False) -> Fabricated:
     """The cache file ``glyphs`` (or ``glyphs-hard``) reads from ``root`` for ``images_per_class``, seed 0 and
     the default image size, rendered for :data:`GLYPHS_CHARACTERS` alone (a real rendering, few classes)."""

@@ -27,6 +27,7 @@ from tests.data.fabricate import (
     write_fgvc_aircraft,
     write_folder,
     write_glyphs,
+    write_glyphs_100,
     write_mini_imagenet,
     write_npz_example,
     write_tiered_imagenet,
@@ -71,6 +72,8 @@ LOADERS = [
     LoaderCase(
         "glyphs-hard", partial(write_glyphs, hard=True), (5, 3, 4), image_size=32, options={"images_per_class": 3}
     ),
+    # the letters of fabricate.GLYPHS_CHARACTERS, split at random in Mini-ImageNet's shares
+    LoaderCase("glyphs-100", write_glyphs_100, (5, 1, 1), image_size=32, options={"images_per_class": 3}),
     # the README's "Adding a dataset" example: its one row
     LoaderCase("npz-example", write_npz_example, (5, 3, 3)),
 ]

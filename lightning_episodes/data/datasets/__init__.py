@@ -2,7 +2,8 @@
 
 A dataset read from source files subclasses :class:`~.converted.ConvertedDataset` (the paper's datasets,
 ``folder``); one rendered in the library is a :class:`~.rendered.RenderedDataset` (``glyphs``,
-``glyphs-hard``). A new loader gets the shared tests by one row in ``tests/data/test_loader_contract.py``.
+``glyphs-hard``, ``glyphs-100``). A new loader gets the shared tests by one row in
+``tests/data/test_loader_contract.py``.
 """
 
 # importing a dataset module registers its loader (learn2learn itself is imported only to build a cache)
@@ -12,6 +13,7 @@ from lightning_episodes.data.datasets import (  # noqa: E402, F401
     fgvc_aircraft,
     folder,
     glyphs,
+    glyphs_100,
     glyphs_hard,
     mini_imagenet,
     tiered_imagenet,

@@ -44,9 +44,17 @@ def default_cache_dir() -> Path:
 
 def cache_file(root: Path, image_size: int, images_per_class: int, seed: int, knobs: Difficulty = DIFFICULTY) -> Path:
     """The cache file of one parameter set (RGB; ``channels=1`` is computed from it when loading)."""
+    return colour_cache_file(NAME, FORMAT_VERSION, root, image_size, images_per_class, seed, knobs)
+
+
+def colour_cache_file(
+    name: str, version: int, root: Path, image_size: int, images_per_class: int, seed: int, knobs: Difficulty
+) -> Path:
+    """The cache file of a dataset drawn by :mod:`.glyphs_hard_render` (``glyphs-hard``, ``glyphs-100``): its name,
+    format ``version``, the fonts' fingerprint and a hash of the knobs name it."""
     knob_hash = hashlib.sha256(knobs.key().encode()).hexdigest()[:8]
-    version = f"v{FORMAT_VERSION}-{glyphs.fingerprint()}-{knob_hash}"
-    return root / f"{NAME}-{image_size}px-{images_per_class}per-class-seed{seed}-{version}.pt"
+    tag = f"v{version}-{glyphs.fingerprint()}-{knob_hash}"
+    return root / f"{name}-{image_size}px-{images_per_class}per-class-seed{seed}-{tag}.pt"
 
 
 def build_payload(
@@ -64,14 +72,22 @@ def build_payload(
         knobs: the difficulty knobs (the loader always uses :data:`DIFFICULTY`).
     """
     chars, fonts_of = glyphs.select_characters(characters, processes)
+    return colour_payload(FORMAT_VERSION, chars, fonts_of, image_size, images_per_class, seed, knobs, processes)
+
+
+def colour_payload(
+    version: int, chars: Sequence[str], fonts_of: Sequence[Sequence[int]], image_size: int, images_per_class: int,
+    seed: int, knobs: Difficulty, processes: int,
+) -> dict[str, Any]:  # fmt: skip
+    """The payload of ``chars`` (drawn in the fonts ``fonts_of``) rendered by :mod:`.glyphs_hard_render`."""
     images = torch.from_numpy(
         glyphs_hard_render.render_characters(chars, fonts_of, images_per_class, image_size, seed, knobs, processes)
     )
     return {
-        "format": FORMAT_VERSION,
-        "characters": chars,
+        "format": version,
+        "characters": list(chars),
         "images": images,
-        "checksum": rendered.checksum(images, chars),
+        "checksum": rendered.checksum(images, list(chars)),
     }
 
 
@@ -80,7 +96,7 @@ def read_cache(path: Path, image_size: int, images_per_class: int) -> dict[str, 
     return rendered.read_payload(path, FORMAT_VERSION, (images_per_class, 3, image_size, image_size), NAME)
 
 
-def _luma(rgb: torch.Tensor) -> torch.Tensor:
+def luma(rgb: torch.Tensor) -> torch.Tensor:
     """uint8 ``[N, 1, H, W]`` luminance of uint8 ``[N, 3, H, W]`` images, rounded as Pillow's ``convert("L")``."""
     out = torch.empty((rgb.shape[0], 1, *rgb.shape[2:]), dtype=torch.uint8)
     weights = torch.tensor(_LUMA_FIXED, dtype=torch.int32).view(1, 3, 1, 1)
@@ -92,13 +108,20 @@ def _luma(rgb: torch.Tensor) -> torch.Tensor:
 
 def to_dataset(payload: dict[str, Any], channels: int) -> ImageDataset:
     """Label, group and split the rendered characters; per-channel statistics from the train split."""
+    groups, splits = glyphs.split_by_alphabet(payload["characters"])
+    return colour_dataset(payload, channels, splits, groups)
+
+
+def colour_dataset(
+    payload: dict[str, Any], channels: int, splits: dict[str, list[int]], groups: list[str]
+) -> ImageDataset:
+    """The labelled images of an RGB payload, split by class id; per-channel statistics from the train split."""
     chars: list[str] = payload["characters"]
     rgb: torch.Tensor = payload["images"]
     classes, per_class, size = rgb.shape[0], rgb.shape[1], rgb.shape[-1]
-    groups, splits = glyphs.split_by_alphabet(chars)
     images = rgb.reshape(classes * per_class, 3, size, size)
     if channels == 1:
-        images = _luma(images)
+        images = luma(images)
     labels = torch.arange(classes, dtype=torch.int64).repeat_interleave(per_class)
     train = images[torch.isin(labels, torch.tensor(splits["train"] or list(range(classes))))]
     mean, std = zip(*(rendered.level_statistics(train[:, c]) for c in range(channels)), strict=True)

@@ -49,8 +49,9 @@ class Difficulty:
         scale: smallest and largest scale of the glyph (1: capitals fill about 60% of the height).
         shear: largest horizontal shear.
         shift: largest translation, as a fraction of the image side.
-        min_contrast, max_contrast: luminance difference (in [0, 1]) between the glyph's mean colour and the
+        min_contrast: smallest luminance difference (in [0, 1]) between the glyph's mean colour and the
             background's mean colour.
+        max_contrast: largest such luminance difference.
         variation: how far the background's colour field strays from its mean colour (1: each of the 4×4
             nodes of the field draws its colour uniformly; 0: one flat colour).
         texture: largest amplitude of the background's colour grating.

@@ -1,4 +1,5 @@
-"""The one loader shape of the datasets rendered in the library (``glyphs``, ``glyphs-hard``) and their cache.
+"""The one loader shape of the datasets rendered in the library (``glyphs``, ``glyphs-hard``, ``glyphs-100``) and
+their cache.
 
 A rendered dataset's module provides four functions (:class:`RenderedModule`): the cache file of a
 parameter set, reading it, rendering the payload and turning a payload into an :class:`ImageDataset`. A
@@ -52,6 +53,7 @@ class RenderedDataset:
         image_size: the default ``image_size``.
         channels: the default ``channels``.
         image_sizes: the smallest and largest ``image_size`` allowed.
+        images_per_class: the default ``images_per_class``.
     """
 
     name: str
@@ -59,13 +61,14 @@ class RenderedDataset:
     image_size: int
     channels: int
     image_sizes: tuple[int, int]
+    images_per_class: int = 20
 
     def load(
         self,
         root: Path | None = None,
         image_size: int | None = None,
         channels: int | None = None,
-        images_per_class: int = 20,
+        images_per_class: int | None = None,
         seed: int = 0,
     ) -> ImageDataset:
         """Load the dataset, rendering it on first use and caching it.
@@ -74,7 +77,7 @@ class RenderedDataset:
             root: cache folder; default the module's ``default_cache_dir()``.
             image_size: height and width in pixels; default :attr:`image_size`.
             channels: 1 or 3; default :attr:`channels` (see the module for what each means).
-            images_per_class: renderings of each character; default 20.
+            images_per_class: renderings of each character; default :attr:`images_per_class`.
             seed: seed of every random choice; the same seed gives byte-identical images.
 
         Returns:
@@ -86,6 +89,7 @@ class RenderedDataset:
         """
         image_size = self.image_size if image_size is None else image_size
         channels = self.channels if channels is None else channels
+        images_per_class = self.images_per_class if images_per_class is None else images_per_class
         check_arguments(image_size, self.image_sizes, channels, images_per_class, seed, self.name)
         if root is not None and Path(root).exists() and not Path(root).is_dir():
             raise ValueError(f"data.root={str(root)!r} is not a folder: {self.name} caches its images in data.root")
