@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 from pathlib import Path
 from typing import Any
@@ -15,13 +16,14 @@ from typing_extensions import override
 
 import lightning_episodes  # noqa: F401  (registers algorithms, callbacks and datasets for short names)
 from lightning_episodes.algorithms.base import EpisodicModule
-from lightning_episodes.algorithms.loading import CheckpointError, read_checkpoint
+from lightning_episodes.algorithms.loading import CheckpointError, check_class_path, read_checkpoint
 from lightning_episodes.algorithms.schedules import check_schedule
 from lightning_episodes.callbacks.checkpointing import (
     checkpoint_callback,
     continue_logger_version,
     find_last_checkpoint,
 )
+from lightning_episodes.cli_checks import check_accelerator, check_world_size, own_outputs
 from lightning_episodes.console import TRAINER_COMMANDS, run
 from lightning_episodes.data.datamodule import EpisodicDataModule
 
@@ -127,7 +129,9 @@ class EpisodicCLI(LightningCLI):
 
     @override
     def before_instantiate_classes(self) -> None:
-        add_default_checkpoint(self.config[self.subcommand] if self.subcommand else self.config)
+        config = self.config[self.subcommand] if self.subcommand else self.config
+        add_default_checkpoint(config)
+        check_accelerator(config.get("trainer"))
 
     # -- --ckpt_path: `last`, `best` and broken files, resolved before Lightning sees them ------------------------
     @override
@@ -138,9 +142,28 @@ class EpisodicCLI(LightningCLI):
         value = self.config[subcommand].get("ckpt_path") if subcommand else None
         if value is not None and value not in ("last", "best") and Path(value).exists():
             try:
-                read_checkpoint(value)
+                self._check_checkpoint_model(read_checkpoint(value), value, subcommand)
             except CheckpointError as error:
                 parser.error(f"--ckpt_path {value}: {error}")
+
+    def _check_checkpoint_model(self, checkpoint: dict[str, Any], path: str, subcommand: str) -> None:
+        """Refuse a checkpoint whose recorded model class is outside this library and the configured ``--model``'s
+        module, before LightningCLI imports it; say so when the checkpoint's algorithm replaces the configured one."""
+        model = self.config[subcommand].get("model")
+        configured = model.get("class_path") if isinstance(model, Namespace) else None
+        allowed = [configured.rpartition(".")[0]] if isinstance(configured, str) else []
+        hparams = checkpoint.get("hyper_parameters") or {}
+        record = checkpoint.get("lightning_episodes") or {}
+        recorded = hparams.get("_class_path") if isinstance(hparams, dict) else None
+        for class_path in (recorded, record.get("class_path") if isinstance(record, dict) else None):
+            if class_path is not None:
+                check_class_path(class_path, allowed, f"checkpoint {path}")
+        if isinstance(recorded, str) and isinstance(configured, str):
+            saved, given = recorded.rpartition(".")[2], configured.rpartition(".")[2]
+            if saved != given:
+                rank_zero_info(
+                    f"note: --ckpt_path {path} holds a {saved} model: {subcommand} runs {saved}, not {given}"
+                )
 
     def _resolve_ckpt_path(self, subcommand: str) -> None:
         """Turn ``--ckpt_path last|best|FILE`` into a checked file, or stop with one message naming what is wrong.
@@ -148,8 +171,10 @@ class EpisodicCLI(LightningCLI):
         ``last`` is the ``last.ckpt`` this configuration's checkpoint callback writes (the newest run folder's
         when it has no ``dirpath``; :func:`~lightning_episodes.callbacks.checkpointing.find_last_checkpoint`),
         and ``fit`` continues in that run folder. ``best`` is the best checkpoint recorded in that ``last.ckpt``
-        (Lightning only knows "best" inside ``fit``). Lightning itself would start over from scratch, with exit
-        code 0, when it finds no ``last`` checkpoint, and give a raw traceback for a broken file.
+        (Lightning only knows "best" inside ``fit``), which must be in the same folder: only the run's own record
+        is followed (one run owns a checkpoint folder at a time, :mod:`lightning_episodes.run_folder`). Lightning
+        itself would start over from scratch, with exit code 0, when it finds no ``last`` checkpoint, and give a
+        raw traceback for a broken file.
         """
         config = self.config_init[subcommand]
         value = config.get("ckpt_path")
@@ -180,13 +205,29 @@ class EpisodicCLI(LightningCLI):
         best = next((str(s["best_model_path"]) for s in candidates if s.get("best_model_path")), "")
         if not best:
             raise FileNotFoundError(f"{last} records no best checkpoint (did the run validate?)")
+        if Path(best).absolute().parent != last.absolute().parent:
+            # a record copied or moved from another run's folder: not this run's best
+            raise FileNotFoundError(f"{last} records the best checkpoint {best}, outside its own folder {last.parent}")
         if not Path(best).is_file():
             raise FileNotFoundError(f"{last} records the best checkpoint {best}, which does not exist")
         return Path(best)
 
+    # -- before a subcommand runs: devices, --ckpt_path, output folders (checked and owned) ----------------------
+    @override
+    def _run_subcommand(self, subcommand: str) -> None:
+        # the output folders' lock (taken in before_<subcommand>) is released however the subcommand ends
+        with contextlib.ExitStack() as self._outputs:
+            super()._run_subcommand(subcommand)
+
+    def _before(self, subcommand: str) -> None:
+        check_world_size(self.trainer, self.datamodule)
+        self._resolve_ckpt_path(subcommand)
+        if self.trainer.global_rank == 0:  # once, not in every process of a distributed run
+            self._outputs.enter_context(own_outputs(self.trainer, lock=subcommand == "fit"))
+
     def before_fit(self) -> None:
-        self._resolve_ckpt_path("fit")
         self._check_schedule()
+        self._before("fit")
 
     def _check_schedule(self) -> None:
         # a schedule that anneals to max_steps fails here, before any process starts, not in configure_optimizers
@@ -196,10 +237,10 @@ class EpisodicCLI(LightningCLI):
             check_schedule(factory(probe), self.trainer.max_steps)
 
     def before_test(self) -> None:
-        self._resolve_ckpt_path("test")
+        self._before("test")
 
     def before_validate(self) -> None:
-        self._resolve_ckpt_path("validate")
+        self._before("validate")
 
     def after_fit(self) -> None:
         if self.config[self.subcommand].get("test_after_fit"):

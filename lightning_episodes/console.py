@@ -128,8 +128,10 @@ def user_error(error: BaseException) -> str | None:
 
     User errors are: an argument the parser rejects; a ``ValueError``, ``TypeError`` or ``OSError`` while the
     configuration is parsed and its classes are built (our checks in ``__init__``, Lightning's of the Trainer
-    arguments); at any time, a missing file, a Lightning ``MisconfigurationException``, or a ``ValueError`` or
-    ``TypeError`` raised by this package (a setup-time check such as ``data.shots`` larger than a class).
+    arguments); at any time, an ``OSError`` about a path of the user's (a data root, an image, a checkpoint, a
+    cache or output folder: ``<path>: <the OS's reason>``), a missing file, a Lightning
+    ``MisconfigurationException``, or a ``ValueError`` or ``TypeError`` raised by this package (a setup-time
+    check such as ``data.shots`` larger than a class).
     """
     from lightning_fabric.utilities.exceptions import MisconfigurationException
 
@@ -142,6 +144,9 @@ def user_error(error: BaseException) -> str | None:
     )
     if isinstance(error, argparse.ArgumentError) or any(isinstance(e, argparse.ArgumentError) for e in chain):
         return _argument_message(chain)
+    path_error = next((e for e in (error, leaf) if isinstance(e, OSError) and e.filename is not None), None)
+    if path_error is not None:
+        return _path_message(path_error) if _user_path(path_error) else None
     if isinstance(leaf, MisconfigurationException | FileNotFoundError | IsADirectoryError) or (
         configuring and isinstance(leaf, ValueError | TypeError | OSError)
     ):
@@ -150,6 +155,20 @@ def user_error(error: BaseException) -> str | None:
     if isinstance(leaf, ValueError | TypeError) and frames and frames[-1].startswith(_PACKAGE):
         return _one_line(str(leaf))
     return None
+
+
+def _user_path(error: OSError) -> bool:
+    """Whether the operating system refused a path of the user's (not one inside this package, which is a bug)."""
+    return not str(Path(os.fsdecode(error.filename)).absolute()).startswith(_PACKAGE)
+
+
+def _path_message(error: OSError) -> str:
+    """``<path>: <the OS's reason>``, or the error's own message when it names the path already."""
+    reason = error.strerror or str(error)
+    paths = [os.fsdecode(p) for p in (error.filename, error.filename2) if p is not None]
+    if all(path in reason for path in paths):
+        return _one_line(reason)
+    return _one_line(f"{' -> '.join(paths)}: {reason}")
 
 
 def _argument_message(chain: list[BaseException]) -> str:

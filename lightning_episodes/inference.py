@@ -33,7 +33,7 @@ from lightning_episodes.algorithms.loading import load_episodic_module
 from lightning_episodes.algorithms.maml import MAML
 from lightning_episodes.data.assembly import EpisodeAssembler
 from lightning_episodes.data.datasets.cache import image_array
-from lightning_episodes.data.datasets.folder import class_files, image_files, open_image
+from lightning_episodes.data.datasets.folder import class_files, image_files, open_image, require_folder
 from lightning_episodes.data.episode import Episode, EpisodeIdentity, episode_labels
 from lightning_episodes.models import set_eval_batch_norm
 
@@ -61,8 +61,7 @@ def support_classes(support_dir: Path) -> dict[str, list[Path]]:
         ValueError: if it holds files beside the class folders, no class, an empty class folder, a file that is not
             an image, or classes with different numbers of images.
     """
-    if not support_dir.is_dir():
-        raise FileNotFoundError(f"support folder {support_dir} does not exist or is not a folder")
+    require_folder(support_dir, "support folder")
     classes = class_files(support_dir)
     shots = {name: len(files) for name, files in classes.items()}
     if len(set(shots.values())) > 1:
@@ -131,7 +130,11 @@ def predict_tensors(module: EpisodicModule, support: torch.Tensor, ways: int, qu
 
 
 def predict(
-    checkpoint: str | Path, support_dir: str | Path, query_dir: str | Path, device: str | torch.device = "cpu"
+    checkpoint: str | Path,
+    support_dir: str | Path,
+    query_dir: str | Path,
+    device: str | torch.device = "cpu",
+    allowed_modules: Sequence[str] = (),
 ) -> list[Prediction]:
     """Classify the images of ``query_dir`` among the classes of ``support_dir`` with a trained checkpoint.
 
@@ -139,7 +142,9 @@ def predict(
         checkpoint: a checkpoint of any algorithm of this library.
         support_dir: one sub-folder per class (its name is the class name), each with the same number of images.
         query_dir: the images to classify.
-        device: where the model runs (``"cpu"``, ``"cuda"``, ...).
+        device: where the model runs (``"cpu"``, ``"cuda"``, ...); a checkpoint saved on a GPU loads onto it.
+        allowed_modules: modules besides this library's that the checkpoint's model class may come from
+            (:func:`~lightning_episodes.algorithms.loading.check_class_path`).
 
     Returns:
         One :class:`Prediction` per query image, in file-name order.
@@ -150,7 +155,7 @@ def predict(
             unequal shots, or a support set with another number of classes than a MAML/ANIL head has outputs.
     """
     checkpoint, support_dir, query_dir = Path(checkpoint), Path(support_dir), Path(query_dir)
-    module = load_episodic_module(checkpoint, map_location=device)
+    module = load_episodic_module(checkpoint, map_location=device, allowed_modules=allowed_modules)
     classes = support_classes(support_dir)
     names = list(classes)
     if isinstance(module, MAML) and len(names) != module.ways:

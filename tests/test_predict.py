@@ -206,3 +206,154 @@ def test_console_errors_are_one_line_with_status_2(checkpoints: dict[str, Path],
     assert done.returncode == 2
     assert "Traceback" not in done.stderr
     assert "missing.ckpt does not exist" in done.stderr
+
+
+# -- devices, checkpoints that name other code, paths the OS refuses ------------------------------------------
+def _predict_entry(checkpoint: Path, support_dir: Path, query_dir: Path, *extra: str) -> int:
+    from lightning_episodes.cli import entry
+
+    return entry(["predict", "--ckpt_path", str(checkpoint), "--support", str(support_dir), "--query",
+                  str(query_dir), *extra])  # fmt: skip
+
+
+def _one_error_line(capsys: pytest.CaptureFixture[str]) -> str:
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err
+    (line,) = [line for line in captured.err.splitlines() if ": error: " in line]
+    return line
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+@pytest.mark.parametrize("device", ["cuda", "cuda:1", "mps"])
+def test_an_absent_device_is_one_line(
+    device: str, checkpoints: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    support_dir, query_dir, _, _ = _write_images(tmp_path)
+    assert _predict_entry(checkpoints["protonet"], support_dir, query_dir, "--device", device) == 2
+    kind = device.split(":")[0].upper()
+    assert _one_error_line(capsys).endswith(
+        f"error: --device {device}: this machine has no {kind} device (available: cpu)"
+    )
+
+
+def _as_saved_on_cuda(source: Path, target: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """``source`` saved again with every tensor's storage tagged ``cuda:0`` (as a GPU run writes it): torch.save
+    records what ``torch.serialization.location_tag`` says."""
+    checkpoint = torch.load(source, map_location="cpu", weights_only=True)
+    with monkeypatch.context() as patch:
+        patch.setattr(torch.serialization, "location_tag", lambda storage: "cuda:0")
+        torch.save(checkpoint, target)
+    return target
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+@pytest.mark.parametrize("device", ["cpu", "auto"])
+def test_a_cuda_checkpoint_predicts_on_the_cpu(
+    device: str, checkpoints: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cuda = _as_saved_on_cuda(checkpoints["protonet"], tmp_path / "cuda.ckpt", monkeypatch)
+    with pytest.raises(RuntimeError, match="on a CUDA device"):  # the file really asks for CUDA
+        torch.load(cuda, weights_only=True)
+    support_dir, query_dir, _, _ = _write_images(tmp_path)
+    output = tmp_path / "out.csv"
+    assert _predict_entry(cuda, support_dir, query_dir, "--device", device, "--output", str(output)) == 0
+    expected = predict(checkpoints["protonet"], support_dir, query_dir)
+    rows = list(csv.reader(output.open()))[1:]
+    assert [r[1] for r in rows] == [p.predicted for p in expected]
+
+
+EVIL = """
+import pathlib, sys
+print("IMPORTED EVIL")
+pathlib.Path({marker!r}).write_text("written on import")
+class Model:
+    pass
+"""
+
+
+def _evil_checkpoint(tmp_path: Path, source: Path, monkeypatch: pytest.MonkeyPatch, key: str) -> tuple[Path, Path]:
+    """A checkpoint naming ``le_evil_module.Model`` (in ``key``'s record), a module on ``sys.path`` that prints and
+    writes a file when imported."""
+    marker = tmp_path / "marker.txt"
+    modules = tmp_path / "modules"
+    modules.mkdir()
+    (modules / "le_evil_module.py").write_text(EVIL.format(marker=str(marker)))
+    monkeypatch.syspath_prepend(str(modules))
+    checkpoint = torch.load(source, map_location="cpu", weights_only=True)
+    if key == "lightning_episodes":
+        checkpoint["lightning_episodes"]["class_path"] = "le_evil_module.Model"
+    else:
+        checkpoint["hyper_parameters"]["_class_path"] = "le_evil_module.Model"
+    path = tmp_path / "crafted.ckpt"
+    torch.save(checkpoint, path)
+    return path, marker
+
+
+def test_a_checkpoint_naming_another_module_is_refused_before_importing_it(
+    checkpoints: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    crafted, marker = _evil_checkpoint(tmp_path, checkpoints["protonet"], monkeypatch, "lightning_episodes")
+    support_dir, query_dir, _, _ = _write_images(tmp_path)
+    assert _predict_entry(crafted, support_dir, query_dir, "--device", "cpu") == 2
+    captured = capsys.readouterr()
+    assert "IMPORTED EVIL" not in captured.out + captured.err
+    assert not marker.exists()
+    assert "le_evil_module" not in sys.modules
+    (line,) = [line for line in captured.err.splitlines() if ": error: " in line]
+    assert f"checkpoint {crafted} records the class 'le_evil_module.Model', which is not a lightning_episodes" in line
+    assert "refused before importing it (if you trust the checkpoint, name its module: --allowed_modules " in line
+    # named by the user: imported (and then refused as not an EpisodicModule)
+    allowed = ("--device", "cpu", "--allowed_modules", "[le_evil_module]")
+    assert _predict_entry(crafted, support_dir, query_dir, *allowed) == 2
+    assert marker.exists()
+    assert "'le_evil_module.Model', which is not an EpisodicModule" in _one_error_line(capsys)
+    sys.modules.pop("le_evil_module")
+
+
+@pytest.mark.parametrize("key", ["hyper_parameters", "lightning_episodes"])
+def test_the_trainer_cli_refuses_it_too(
+    key: str,
+    checkpoints: dict[str, Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``test --ckpt_path``: LightningCLI would import the class the checkpoint's hyper-parameters name."""
+    from lightning_episodes.cli import entry
+    from tests.cli.test_checkpoints import _config
+
+    crafted, marker = _evil_checkpoint(tmp_path, checkpoints["protonet"], monkeypatch, key)
+    assert entry(["test", "--config", str(_config(tmp_path / "run")), "--ckpt_path", str(crafted)]) == 2
+    captured = capsys.readouterr()
+    assert "IMPORTED EVIL" not in captured.out + captured.err
+    assert not marker.exists()
+    assert "le_evil_module" not in sys.modules
+    assert "records the class 'le_evil_module.Model'" in captured.err
+
+
+def test_an_output_that_cannot_be_written_stops_before_predicting(
+    checkpoints: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    support_dir, query_dir, _, _ = _write_images(tmp_path)
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    output = blocker / "preds.csv"
+    assert _predict_entry(checkpoints["protonet"], support_dir, query_dir, "--output", str(output)) == 2
+    assert _one_error_line(capsys).endswith(
+        f"--output {output}: the folder {blocker} cannot be written: {blocker} is a file, not a folder"
+    )
+
+
+@pytest.mark.parametrize("kind", ["dangling-query", "support-class-loop"])
+def test_a_folder_entry_the_os_refuses_is_one_line(
+    kind: str, checkpoints: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    support_dir, query_dir, _, _ = _write_images(tmp_path)
+    if kind == "dangling-query":
+        path, reason = query_dir / "zz.png", "No such file or directory"
+        path.symlink_to(tmp_path / "gone.png")
+    else:
+        path, reason = support_dir / "class_d", "Too many levels of symbolic links"
+        path.symlink_to(path.name)
+    assert _predict_entry(checkpoints["protonet"], support_dir, query_dir, "--device", "cpu") == 2
+    assert _one_error_line(capsys).endswith(f"error: {path}: {reason}")

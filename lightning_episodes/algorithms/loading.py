@@ -4,8 +4,11 @@ library without knowing its algorithm in advance."""
 from __future__ import annotations
 
 import importlib
+import os
 import pickle
+import sys
 import zipfile
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -35,16 +38,20 @@ def check_checkpoint_file(path: str | Path) -> Path:
     loads a ``--ckpt_path``.
 
     Raises:
-        FileNotFoundError: if ``path`` does not exist.
+        FileNotFoundError: if ``path`` does not exist (or is a dangling symbolic link).
         CheckpointError: if it is a directory, empty, truncated or not a file written by ``torch.save``.
+        OSError: with the path and the operating system's reason, if it cannot be looked at (a link loop).
     """
     path = Path(path)
+    try:
+        path.stat()  # a link loop or a refused permission: the operating system's reason, with the path
+    except FileNotFoundError:
+        link = f" (a symbolic link to {os.readlink(path)}, which does not exist)" if path.is_symlink() else ""
+        raise FileNotFoundError(f"checkpoint {path} does not exist{link}") from None
     if path.is_dir():
         inside = sorted(p.name for p in path.glob("*.ckpt"))[:5]
         hint = f" (it holds {', '.join(inside)})" if inside else ""
         raise CheckpointError(f"checkpoint {path} is a directory, not a checkpoint file{hint}")
-    if not path.exists():
-        raise FileNotFoundError(f"checkpoint {path} does not exist")
     size = path.stat().st_size
     if size == 0:
         raise CheckpointError(f"checkpoint {path} is empty (0 bytes): was the run killed while saving it?")
@@ -97,11 +104,52 @@ def checkpoint_info(path: str | Path) -> dict[str, Any]:
     return info
 
 
-def load_episodic_module(path: str | Path, map_location: str | torch.device = "cpu") -> EpisodicModule:
+#: The package whose modules a checkpoint may name without the user naming them.
+LIBRARY = "lightning_episodes"
+
+
+def _in_module(module: str, allowed: str) -> bool:
+    return module == allowed or module.startswith(allowed + ".")
+
+
+def check_class_path(class_path: str, allowed_modules: Iterable[str] = (), source: str | Path = "checkpoint") -> str:
+    """``class_path`` if loading it imports nothing but trusted code; checked without importing anything.
+
+    Trusted are: this library's modules, the ``allowed_modules`` (and their sub-modules) the user named, and
+    modules already imported (importing them again runs nothing).
+
+    Args:
+        class_path: ``module.Class`` as a checkpoint records it.
+        allowed_modules: modules the user trusts (``--allowed_modules``, the module of ``--model``).
+        source: the checkpoint, for the message.
+
+    Raises:
+        CheckpointError: naming the checkpoint, the class and how to trust it, for any other module.
+    """
+    module = class_path.rpartition(".")[0] if isinstance(class_path, str) else ""
+    trusted = [LIBRARY, *allowed_modules]
+    if module and (any(_in_module(module, name) for name in trusted) or module in sys.modules):
+        return class_path
+    raise CheckpointError(
+        f"{source} records the class {class_path!r}, which is not a {LIBRARY} algorithm nor in a module you named: "
+        f"refused before importing it (if you trust the checkpoint, name its module: --allowed_modules {module})"
+    )
+
+
+def load_episodic_module(
+    path: str | Path, map_location: str | torch.device = "cpu", allowed_modules: Iterable[str] = ()
+) -> EpisodicModule:
     """Load the :class:`EpisodicModule` saved in ``path`` through its own concrete class.
 
-    Only classes that subclass :class:`EpisodicModule` are accepted, and tensors load with
-    ``weights_only=True``: a checkpoint cannot make this function run arbitrary code.
+    The recorded class is checked before its module is imported (:func:`check_class_path`: this library's
+    algorithms, the ``allowed_modules`` and modules already imported), only subclasses of :class:`EpisodicModule`
+    are accepted, and tensors load with ``weights_only=True``: a checkpoint cannot make this function import or
+    run code the user did not name. Tensors saved on a GPU load onto ``map_location``.
+
+    Args:
+        path: the checkpoint file.
+        map_location: where the tensors go (``"cpu"``, a device).
+        allowed_modules: modules besides this library's that the checkpoint's class may come from.
 
     The module is as it was trained, its ``channels_last`` layout included (a Trainer applies that in
     ``configure_model``; a module loaded for scoring or as an offline reference has no Trainer to do it).
@@ -111,7 +159,7 @@ def load_episodic_module(path: str | Path, map_location: str | torch.device = "c
         CheckpointError: if the file is broken (see :func:`read_checkpoint`).
         ValueError: if the recorded class is not an :class:`EpisodicModule`.
     """
-    class_path = checkpoint_info(path)["class_path"]
+    class_path = check_class_path(checkpoint_info(path)["class_path"], allowed_modules, f"checkpoint {path}")
     module_name, _, name = class_path.rpartition(".")
     cls = getattr(importlib.import_module(module_name), name, None)
     if not (isinstance(cls, type) and issubclass(cls, EpisodicModule)):

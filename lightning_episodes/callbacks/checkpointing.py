@@ -14,12 +14,15 @@ import csv
 import warnings
 from pathlib import Path
 from typing import Any
+from weakref import proxy
 
 import pytorch_lightning as pl
 from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.loggers import CSVLogger
 from pytorch_lightning.trainer.states import TrainerFn
 from typing_extensions import override
+
+from lightning_episodes.run_folder import LOCK_NAME, atomic_write
 
 
 def _fast_dev_run(trainer: pl.Trainer) -> bool:
@@ -38,7 +41,9 @@ class ResumableCheckpoint(ModelCheckpoint):
       validation's outcome (the best path that ``test --ckpt_path best`` reads from it);
     - at the end of ``fit``: after ``fit``, it always holds the final weights.
 
-    Resuming from it (``fit --ckpt_path last``) continues exactly where it was written.
+    Resuming from it (``fit --ckpt_path last``) continues exactly where it was written. Every file is written
+    atomically (a temporary file in the same folder, flushed to disk and renamed over the old one): a run killed,
+    or a disk filling up, while a checkpoint is written keeps the previous ``last.ckpt``.
 
     Args:
         last_every_n_steps: write ``last.ckpt`` every this many global steps; 0 writes it only at the end of
@@ -83,7 +88,14 @@ class ResumableCheckpoint(ModelCheckpoint):
 
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        super().setup(trainer, pl_module, stage)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            super().setup(trainer, pl_module, stage)
+        # a folder holding only this run's lock file (lightning_episodes.run_folder) is not "not empty"
+        lock_only = self.dirpath is not None and {p.name for p in Path(self.dirpath).glob("*")} <= {LOCK_NAME}
+        for warning in caught:
+            if not (lock_only and "exists and is not empty" in str(warning.message)):
+                warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
         self._last_step = None
 
     def _fitting(self, trainer: pl.Trainer) -> bool:
@@ -92,6 +104,19 @@ class ResumableCheckpoint(ModelCheckpoint):
     def _due(self, trainer: pl.Trainer) -> bool:
         n = self.last_every_n_steps
         return n > 0 and trainer.global_step % n == 0 and self._fitting(trainer)
+
+    @override
+    def _save_checkpoint(self, trainer: pl.Trainer, filepath: str) -> None:
+        # ModelCheckpoint's save, written atomically: a kill or a full disk while writing keeps the previous file
+        if trainer.is_global_zero:
+            atomic_write(filepath, lambda temporary: trainer.save_checkpoint(temporary, self.save_weights_only))
+        else:
+            trainer.save_checkpoint(filepath, self.save_weights_only)  # collective; only rank 0 writes
+        self._last_global_step_saved = trainer.global_step
+        self._last_checkpoint_saved = filepath
+        if trainer.is_global_zero:
+            for logger in trainer.loggers:
+                logger.after_save_checkpoint(proxy(self))
 
     @override
     def _save_last_checkpoint(self, trainer: pl.Trainer, monitor_candidates: dict[str, Any]) -> None:
@@ -189,7 +214,9 @@ def continue_logger_version(trainer: pl.Trainer, checkpoint: Path, step: int) ->
         root = getattr(logger, "root_dir", None)
         if root is None or Path(root).resolve() != run_dir.parent.resolve() or not hasattr(logger, "_version"):
             continue
-        logger._version = run_dir.name
+        # the number of a `version_<n>` folder, as the logger gives it (a string would show as `v_num=on_0`)
+        number = run_dir.name.removeprefix("version_")
+        logger._version = int(number) if number.isdigit() and run_dir.name.startswith("version_") else run_dir.name
         if isinstance(logger, CSVLogger) and trainer.is_global_zero:
             _carry_csv_rows(logger, run_dir / "metrics.csv", step)
 

@@ -18,6 +18,7 @@ import torch
 from pytorch_lightning.callbacks import Callback
 from typing_extensions import override
 
+from lightning_episodes.algorithms.loading import read_checkpoint
 from lightning_episodes.algorithms.metrics import ScoredEpisodes
 from lightning_episodes.analysis.tables import DifficultyTable
 from lightning_episodes.callbacks.difficulty_weighting import DifficultyWeightingCallback
@@ -37,6 +38,14 @@ def scenario_hash(hparams: dict[str, Any], data: dict[str, Any]) -> str:
     training episodes (``data.train_seed``; runs of one scenario with different seeds share it)."""
     scenario = [hparams, {key: value for key, value in data.items() if key != "train_seed"}]
     return hashlib.sha256(json.dumps(scenario, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def checkpoint_step(ckpt_path: str | Path | None) -> int:
+    """The global step recorded in ``ckpt_path`` (0 without one): the step of the weights a ``test`` alone evaluates,
+    whose Trainer has not trained."""
+    if not ckpt_path:
+        return 0
+    return int(read_checkpoint(ckpt_path).get("global_step") or 0)
 
 
 def sampling_record(trainer: pl.Trainer) -> dict[str, Any] | None:
@@ -133,7 +142,7 @@ class TestResultsWriter(Callback):
             "loss": results["test/loss"],
             "episodes": int(results["test/episodes"]),
             "eval_batch_norm": getattr(pl_module, "eval_batch_norm", None),
-            "global_step": trainer.global_step,
+            "global_step": trainer.global_step or checkpoint_step(trainer.ckpt_path),
             "ckpt_path": trainer.ckpt_path,
             "seed": None if seed is None else int(seed),
             "sampling": sampling_record(trainer),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
+from pathlib import Path
 
 import torch
 from jsonargparse import ArgumentParser, DefaultHelpFormatter
@@ -31,18 +32,58 @@ def add_device_argument(parser: ArgumentParser) -> None:
     parser.add_argument("--device", type=str, default="auto", help=DEVICE_HELP)
 
 
-def resolve_device(name: str) -> torch.device:
-    """A ``--device`` value as a device: ``auto`` is CUDA when available, else the CPU.
+def add_allowed_modules_argument(parser: ArgumentParser) -> None:
+    parser.add_argument(
+        "--allowed_modules",
+        type=list[str],
+        default=[],
+        help="modules besides lightning_episodes that a checkpoint's recorded model class may be imported from "
+        "(a checkpoint naming any other module is refused before anything is imported)",
+    )
+
+
+def available_devices() -> list[str]:
+    """The device kinds this machine has: ``cpu``, and ``cuda`` and ``mps`` when available."""
+    mps = getattr(torch.backends, "mps", None)
+    return ["cpu", *(["cuda"] if torch.cuda.is_available() else []), *(["mps"] if mps and mps.is_available() else [])]
+
+
+def resolve_device(name: str, option: str = "--device") -> torch.device:
+    """A ``--device`` value as a device of this machine: ``auto`` is CUDA when available, else the CPU.
 
     Raises:
-        ValueError: if ``name`` is not a device name.
+        ValueError: naming ``option`` and the available devices, if ``name`` is not a device name or this machine
+            does not have it.
     """
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
-        return torch.device(name)
+        device = torch.device(name)
     except RuntimeError:
-        raise ValueError(f"--device {name!r} is not a device (cpu, cuda, cuda:1, mps or auto)") from None
+        raise ValueError(f"{option} {name!r} is not a device (cpu, cuda, cuda:1, mps or auto)") from None
+    available = available_devices()
+    if device.type in ("cuda", "mps") and device.type not in available:
+        kinds = ", ".join(available)
+        raise ValueError(f"{option} {name}: this machine has no {device.type.upper()} device (available: {kinds})")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise ValueError(f"{option} {name}: this machine has {torch.cuda.device_count()} CUDA devices (cuda:0 ...)")
+    return device
+
+
+def probe_output(path: Path | str | None, option: str) -> None:
+    """Create the folder of an output file and check that it can be written, before any work is done.
+
+    Raises:
+        OSError: (``OutputPathError``) naming ``option``, the path and the reason, if it cannot be written.
+    """
+    from lightning_episodes.run_folder import OutputPathError, probe_writable
+
+    if path is None:
+        return
+    path = Path(path)
+    if path.is_dir():
+        raise OutputPathError(f"{option} {path} cannot be written: it is a folder (give a file name)", path)
+    probe_writable(path.parent, f"{option} {path}: the folder")
 
 
 def check_positive(option: str, value: int | None) -> None:

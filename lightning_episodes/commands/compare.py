@@ -33,6 +33,7 @@ from lightning_episodes.commands._common import (
     arguments,
     check_positive,
     command_parser,
+    probe_output,
     resolve_device,
 )
 
@@ -226,6 +227,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(arguments(argv))
     check_positive("--episodes", args.episodes)
     device = resolve_device(args.device)
+    probe_output(args.markdown, "--markdown")
     lines = [
         f"| Scenario | Algorithm | {args.baseline} | {args.treatment} | Paired difference (pp) | p | "
         "Per-seed differences (pp) | Episodes |",
@@ -241,6 +243,5 @@ def main(argv: Sequence[str] | None = None) -> int:
     markdown = "\n".join(lines) + "\n\n" + LEGEND + "\n"
     print(markdown, end="")
     if args.markdown is not None:
-        args.markdown.parent.mkdir(parents=True, exist_ok=True)
         args.markdown.write_text(markdown)
     return 0

@@ -16,10 +16,12 @@ import yaml
 
 from lightning_episodes.analysis.scoring import Split, checkpoint_datamodule, score_episodes
 from lightning_episodes.commands._common import (
+    add_allowed_modules_argument,
     add_device_argument,
     arguments,
     check_positive,
     command_parser,
+    probe_output,
     resolve_device,
 )
 from lightning_episodes.data.datamodule import EpisodicDataModule
@@ -51,6 +53,7 @@ def parser() -> Any:
     parser.add_argument("--batch_size", type=int | None, default=None, help="episodes per forward pass")
     parser.add_argument("--config", action="append", default=[], help="YAML with a `data:` section (repeatable)")
     add_device_argument(parser)
+    add_allowed_modules_argument(parser)
     parser.add_class_arguments(
         EpisodicDataModule, "data", help="Data settings: each one given overrides the checkpoint's and the configs'."
     )
@@ -98,7 +101,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             args[key] = value
     check_positive("--episodes", args.episodes)
     device = resolve_device(args.device)
-    module = load_episodic_module(args.ckpt_path, map_location=device)
+    probe_output(args.output, "--output")
+    module = load_episodic_module(args.ckpt_path, map_location=device, allowed_modules=args.allowed_modules)
     overrides: dict[str, Any] = {}
     for config in args.config:
         overrides.update(data_section(config))
@@ -107,7 +111,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     datamodule = checkpoint_datamodule(args.ckpt_path, overrides)
     table = score_episodes(module, datamodule, args.episodes, args.split, args.batch_size)
     output = Path(args.output)
-    output.parent.mkdir(parents=True, exist_ok=True)
     table.write(output)
     difficulty = table.difficulty[np.isfinite(table.difficulty)]
     record = {

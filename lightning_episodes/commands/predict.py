@@ -7,7 +7,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from lightning_episodes.commands._common import add_device_argument, arguments, command_parser, resolve_device
+from lightning_episodes.commands._common import (
+    add_allowed_modules_argument,
+    add_device_argument,
+    arguments,
+    command_parser,
+    probe_output,
+    resolve_device,
+)
 from lightning_episodes.inference import predict, write_csv
 
 
@@ -24,6 +31,7 @@ def parser() -> Any:
     parser.add_argument("--query", type=Path, required=True, help="folder of images to classify")
     parser.add_argument("--output", type=Path | None, default=None, help="CSV file to write (default: stdout)")
     add_device_argument(parser)
+    add_allowed_modules_argument(parser)
     return parser
 
 
@@ -35,13 +43,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     Raises:
         argparse.ArgumentError: for an unknown option or a value of the wrong type.
-        ValueError: for an unknown ``--device``, a broken checkpoint, or folders or images that cannot be used.
+        ValueError: for an unknown or absent ``--device``, a broken checkpoint or one naming a class outside this
+            library and ``--allowed_modules``, or folders or images that cannot be used.
         FileNotFoundError: if the checkpoint or a folder does not exist.
+        OSError: naming the path, if ``--output`` cannot be written.
     """
     args = parser().parse_args(arguments(argv))
-    predictions = predict(args.ckpt_path, args.support, args.query, resolve_device(args.device))
-    if args.output is not None:
-        args.output.parent.mkdir(parents=True, exist_ok=True)
+    device = resolve_device(args.device)
+    probe_output(args.output, "--output")
+    predictions = predict(args.ckpt_path, args.support, args.query, device, args.allowed_modules)
     write_csv(predictions, args.output)
     if args.output is not None:
         print(

@@ -22,7 +22,7 @@ from lightning_episodes.analysis.report import (
     read_result,
     runs_markdown,
 )
-from lightning_episodes.commands._common import arguments, command_parser
+from lightning_episodes.commands._common import arguments, command_parser, probe_output
 
 
 def parser() -> Any:
@@ -58,6 +58,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         argparse.ArgumentError: for an unknown option or a value of the wrong type.
     """
     args = parser().parse_args(arguments(argv))
+    probe_output(args.markdown, "--markdown")
+    probe_output(args.csv, "--csv")
+    probe_output(args.plot, "--plot")
     results = []
     for path in find_results(args.runs):
         try:
@@ -76,10 +79,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.plot is not None:
         from lightning_episodes.analysis.plots import plot_study
 
-        args.plot.parent.mkdir(parents=True, exist_ok=True)
         plot_study(table, results).savefig(args.plot)
     for path, text in ((args.markdown, markdown), (args.csv, table.to_csv() if args.csv else "")):
         if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text)
     return 0

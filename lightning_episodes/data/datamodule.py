@@ -152,10 +152,18 @@ class EpisodicDataModule(pl.LightningDataModule):
                     f"data.{error} (dataset {self.dataset_name!r}, split {split_name!r}: {len(classes)} classes, "
                     f"the smallest {smallest})"
                 ) from None
-        if self.episodes_per_batch % self.world_size:
+        self.check_world_size(self.world_size)
+
+    def check_world_size(self, world_size: int) -> None:
+        """Check that ``world_size`` processes (devices x nodes) can share a training batch.
+
+        Raises:
+            ValueError: if ``episodes_per_batch`` is not divisible by ``world_size``.
+        """
+        if self.episodes_per_batch % world_size:
             raise ValueError(
                 f"data.episodes_per_batch={self.episodes_per_batch} must be divisible by the number of "
-                f"devices ({self.world_size}): it is the global batch and every device takes an equal slice"
+                f"devices ({world_size}): it is the global batch and every device takes an equal slice"
             )
 
     @property

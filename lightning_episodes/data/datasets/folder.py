@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import os
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -65,22 +67,47 @@ def open_image(path: Path) -> Image.Image:
         raise ValueError(f"{path} is not a readable image ({error})") from None
 
 
+def is_folder(path: Path) -> bool:
+    """Whether ``path`` is a folder (following symbolic links).
+
+    Raises:
+        OSError: with the path and the operating system's reason if it cannot be looked at: a dangling symbolic
+            link (``FileNotFoundError``), a symbolic link loop, no permission.
+    """
+    return stat.S_ISDIR(path.stat().st_mode)
+
+
+def require_folder(folder: Path, what: str) -> None:
+    """Check that ``folder`` is a folder.
+
+    Raises:
+        FileNotFoundError: naming ``what``, if it does not exist (or is a dangling symbolic link).
+        ValueError: if it is not a folder.
+        OSError: with the path and the operating system's reason, if it cannot be looked at (a link loop).
+    """
+    try:
+        folder_is_one = is_folder(folder)
+    except FileNotFoundError:
+        link = f" (a symbolic link to {os.readlink(folder)}, which does not exist)" if folder.is_symlink() else ""
+        raise FileNotFoundError(f"{what} {folder} does not exist{link}") from None
+    if not folder_is_one:
+        raise ValueError(f"{what} {folder} is not a folder")
+
+
 def image_files(folder: Path, what: str) -> list[Path]:
     """The image files directly in ``folder``, sorted by name.
 
     Raises:
         FileNotFoundError: if ``folder`` does not exist.
         ValueError: if it is not a folder, holds a sub-folder or a file that is not an image, or no image.
+        OSError: with the path and the reason, for an entry the operating system refuses (a dangling link).
     """
-    if not folder.exists():
-        raise FileNotFoundError(f"{what} {folder} does not exist")
-    if not folder.is_dir():
-        raise ValueError(f"{what} {folder} is not a folder")
+    require_folder(folder, what)
     files = []
     for path in sorted(folder.iterdir()):
         if path.name.startswith("."):
             continue
-        if path.is_dir():
+        if is_folder(path):
             raise ValueError(f"{what} {folder} holds a sub-folder, {path.name}/: it must hold images only")
         if path.suffix.lower() not in IMAGE_SUFFIXES:
             raise ValueError(f"{path} is not an image file (expected one of {', '.join(IMAGE_SUFFIXES)})")
@@ -133,9 +160,10 @@ def class_files(folder: Path) -> dict[str, list[Path]]:
 
     Raises:
         ValueError: if ``folder`` holds files beside its class folders, no class, or an empty class folder.
+        OSError: with the path and the reason, for an entry the operating system refuses (a link loop).
     """
     entries = [p for p in sorted(folder.iterdir()) if not p.name.startswith(".")]
-    loose = [p.name for p in entries if not p.is_dir()]
+    loose = [p.name for p in entries if not is_folder(p)]
     if loose:
         raise ValueError(f"{folder} must hold one sub-folder per class, found files: {', '.join(loose[:3])}")
     if not entries:

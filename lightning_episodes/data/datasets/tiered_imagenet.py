@@ -28,6 +28,7 @@ from __future__ import annotations
 import pickle
 import warnings
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -59,12 +60,54 @@ class TieredImageNet(ConvertedDataset):
         spec.root.mkdir(parents=True, exist_ok=True)  # learn2learn creates only the last folder level
         for split in SPLITS:
             images = TieredImagenet(str(spec.root), mode=split, download=download)  # decodes PNGs lazily
-            with open(folder / f"{_FILE_SPLIT[split]}_labels.pkl", "rb") as file:
-                labels = pickle.load(file, encoding="latin1")  # Python 2 pickles of numpy arrays need latin1
+            labels = read_labels(folder / f"{_FILE_SPLIT[split]}_labels.pkl")
             class_names = [_text(name) for name in labels["label_specific_str"]]
             groups = _categories(labels, len(class_names), split)
             yield SourceSplit(split, class_names, images, SPLIT_CLASSES[split], groups=groups)
             del images  # free this split's encoded images before the next split is read
+
+
+#: What a labels pickle may reconstruct besides the containers, strings and numbers pickle encodes itself: builtin
+#: containers and strings, and the numpy arrays of the labels (nothing that runs code or touches files).
+_LABEL_GLOBALS = (
+    {("builtins", name) for name in ("dict", "list", "tuple", "set", "frozenset", "str", "bytes", "bytearray")}
+    | {
+        (module, name)
+        for core in ("numpy.core", "numpy._core")
+        for module, name in (
+            (f"{core}.multiarray", "_reconstruct"),
+            (f"{core}.multiarray", "scalar"),
+            (f"{core}.numeric", "_frombuffer"),
+        )
+    }
+    | {("numpy", "ndarray"), ("numpy", "dtype"), ("_codecs", "encode")}
+)  # encode: bytes in protocol-2 pickles
+
+
+class _LabelUnpickler(pickle.Unpickler):
+    """An unpickler that reconstructs only :data:`_LABEL_GLOBALS`."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) not in _LABEL_GLOBALS:
+            raise pickle.UnpicklingError(f"{module}.{name} is not allowed in a labels file")
+        return super().find_class(module, name)
+
+
+def read_labels(path: Path) -> dict[str, Any]:
+    """A tiered-ImageNet labels pickle, read with an unpickler that allows only builtin containers, strings and
+    numpy arrays: a crafted file cannot run code.
+
+    Raises:
+        ValueError: naming the file, if it holds anything else or is not a dict.
+    """
+    with open(path, "rb") as file:
+        try:
+            labels = _LabelUnpickler(file, encoding="latin1").load()  # Python 2 pickles of numpy arrays need latin1
+        except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError) as error:
+            raise ValueError(f"{path} is not a tiered-ImageNet labels file: {error}") from None
+    if not isinstance(labels, dict):
+        raise ValueError(f"{path} is not a tiered-ImageNet labels file: it holds a {type(labels).__name__}, not a dict")
+    return labels
 
 
 def _categories(labels: dict[str, Any], num_classes: int, split: str) -> list[str] | None:

@@ -1,0 +1,98 @@
+"""What the command line checks before a Trainer method runs: the accelerator is there, the training batch divides
+among the processes, and every output folder can be written (the checkpoint folder owned by this run alone)."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytorch_lightning as pl
+from pytorch_lightning.loggers import CSVLogger
+
+from lightning_episodes.callbacks.checkpointing import checkpoint_callback
+from lightning_episodes.commands._common import available_devices
+from lightning_episodes.data.datamodule import EpisodicDataModule
+from lightning_episodes.run_folder import owned_folders
+
+#: ``trainer.accelerator`` values that need a device, and how to tell whether it is there.
+_DEVICES = {"gpu": "cuda", "cuda": "cuda", "mps": "mps"}
+
+
+def check_accelerator(trainer: Any) -> None:
+    """Check that the parsed ``trainer.accelerator`` names a device this machine has.
+
+    Raises:
+        ValueError: naming the option and the available devices, for ``gpu``/``cuda``/``mps`` without one.
+    """
+    value = trainer.get("accelerator") if hasattr(trainer, "get") else None
+    kind = _DEVICES.get(str(value).lower()) if isinstance(value, str) else None
+    if kind is not None and kind not in available_devices():
+        raise ValueError(
+            f"--trainer.accelerator {value}: this machine has no {kind.upper()} device (available: "
+            f"{', '.join(available_devices())}; auto picks the best of them)"
+        )
+
+
+def check_world_size(trainer: pl.Trainer, datamodule: Any) -> None:
+    """The data module's check that its batch divides among the processes, before the strategy starts them.
+
+    Raises:
+        ValueError: if ``data.episodes_per_batch`` is not divisible by the number of devices times nodes.
+    """
+    if isinstance(datamodule, EpisodicDataModule):
+        datamodule.check_world_size(trainer.world_size)
+
+
+def checkpoint_folder(trainer: pl.Trainer) -> Path | None:
+    """The folder the Trainer's checkpoint callback will write into (as ``ModelCheckpoint`` resolves it), or
+    ``None`` without a checkpoint callback."""
+    callback = checkpoint_callback(trainer)
+    if callback is None:
+        return None
+    if callback.dirpath is not None:
+        return Path(callback.dirpath)
+    if trainer.loggers:
+        logger = trainer.loggers[0]
+        version = logger.version if isinstance(logger.version, str) else f"version_{logger.version}"
+        save_dir = logger.save_dir if logger.save_dir is not None else trainer.default_root_dir
+        return Path(save_dir) / str(logger.name) / version / "checkpoints"
+    return Path(trainer.default_root_dir) / "checkpoints"
+
+
+def logger_folders(trainer: pl.Trainer) -> list[Path]:
+    """The folders the Trainer's loggers write into (a run folder if they have one, else their ``save_dir``)."""
+    folders = []
+    for logger in trainer.loggers:
+        folder = getattr(logger, "log_dir", None) or logger.save_dir
+        if folder is not None:
+            folders.append(Path(folder))
+    return folders
+
+
+@contextlib.contextmanager
+def own_outputs(trainer: pl.Trainer, lock: bool) -> Iterator[None]:
+    """Check that the logger and checkpoint folders can be written (creating them), and with ``lock`` take the
+    checkpoint folder for this run alone, for the duration of the block (see :mod:`lightning_episodes.run_folder`).
+
+    Raises:
+        OutputPathError: naming a folder that cannot be written, or (``RunFolderLockedError``) the checkpoint
+            folder and the run that holds it.
+    """
+    folders = [(folder, "logger folder") for folder in logger_folders(trainer)]
+    checkpoints = checkpoint_folder(trainer) if lock and trainer.checkpoint_callback is not None else None
+    command = " ".join(sys.argv)
+    with owned_folders(checkpoints, folders, f"command: {command[:200]}", then=lambda: _start_csv_loggers(trainer)):
+        yield
+
+
+def _start_csv_loggers(trainer: pl.Trainer) -> None:
+    # a CSV logger warns about a non-empty run folder: start it before the checkpoint folder appears in that folder
+    for logger in trainer.loggers:
+        if isinstance(logger, CSVLogger):
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message=".*exists and is not empty.*")
+                logger.experiment  # noqa: B018  (creates the experiment)

@@ -1,0 +1,74 @@
+"""What the command line checks and reports around a run: the batch divides among the devices before any process
+starts, an absent accelerator is one line, a standalone test records its checkpoint's step, a resumed run's
+progress bar shows its version number, and a checkpoint of another algorithm than --model is said in one line."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import pytest
+import torch
+from pytorch_lightning.callbacks.progress.progress_bar import get_standard_metrics
+
+from lightning_episodes.cli import entry, main
+from tests.cli.test_checkpoints import _config
+
+
+def _error_line(capsys: pytest.CaptureFixture[str]) -> str:
+    captured = capsys.readouterr().err
+    assert "Traceback" not in captured
+    (line,) = [line for line in captured.splitlines() if ": error: " in line]
+    return line
+
+
+def test_a_batch_that_does_not_divide_among_the_devices_stops_before_they_start(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = str(_config(tmp_path))
+    args = ["--trainer.accelerator=cpu", "--trainer.devices=3", "--trainer.strategy=ddp_fork"]
+    assert entry(["fit", "--config", config, *args]) == 2
+    line = _error_line(capsys)
+    assert line.endswith("error: data.episodes_per_batch=4 must be divisible by the number of devices (3): it is the "
+                         "global batch and every device takes an equal slice")  # fmt: skip
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.yaml"]  # no run folder
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+@pytest.mark.parametrize("accelerator", ["gpu", "cuda", "mps"])
+def test_an_absent_accelerator_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], accelerator: str
+) -> None:
+    assert entry(["fit", "--config", str(_config(tmp_path)), f"--trainer.accelerator={accelerator}"]) == 2
+    kind = "MPS" if accelerator == "mps" else "CUDA"
+    assert _error_line(capsys).endswith(
+        f"error: --trainer.accelerator {accelerator}: this machine has no {kind} device (available: cpu; auto picks "
+        "the best of them)"
+    )
+
+
+@pytest.mark.slow
+def test_a_standalone_test_records_the_checkpoint_step_and_a_resume_shows_its_version(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = str(_config(tmp_path))
+    main(["fit", "--config", config, "--trainer.max_steps=4"])
+    cli = main(["test", "--config", config, "--ckpt_path", "last"])
+    record = json.loads((Path(cli.trainer.log_dir) / "test_results.json").read_text())
+    assert record["global_step"] == 4
+
+    resumed = main(["fit", "--config", config, "--trainer.max_steps=6", "--ckpt_path", "last"], run=True)
+    assert resumed.trainer.logger.version == 0  # the run folder version_0, as a number
+    assert get_standard_metrics(resumed.trainer)["v_num"] == 0  # was "on_0" (the last 4 characters of "version_0")
+
+    # a checkpoint of ProtoNet tested with another --model: it runs as ProtoNet, and says so
+    with caplog.at_level(logging.INFO):
+        tested = main(["test", "--config", config, "--model=lightning_episodes.algorithms.MAML", "--ckpt_path",
+                       str(tmp_path / "logs/version_0/checkpoints/last.ckpt")])  # fmt: skip
+    assert type(tested.model).__name__ == "ProtoNet"
+    notes = [r.getMessage() for r in caplog.records if r.getMessage().startswith("note: ")]
+    assert notes == [
+        f"note: --ckpt_path {tmp_path}/logs/version_0/checkpoints/last.ckpt holds a ProtoNet model: test runs "
+        "ProtoNet, not MAML"
+    ]
