@@ -109,3 +109,20 @@ def test_a_non_fused_optimiser_keeps_the_host_path() -> None:
     model = ProtoNet(image_size=16)  # the default Adam: fused only on CUDA
     tiny_trainer(max_steps=2, callbacks=[guard], limit_val_batches=0).fit(model, tiny_datamodule())
     assert guard._tally is None
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_under_ddp_every_rank_skips_on_the_device_the_step_one_rank_finds_nonfinite(rank: int) -> None:
+    class Check(Callback):
+        def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+            flat = torch.cat([p.detach().flatten() for p in pl_module.parameters()])
+            gathered = trainer.strategy.all_gather(flat)
+            assert torch.equal(gathered[0], gathered[1]), "the ranks' parameters differ"
+            counted = next(cb for cb in trainer.callbacks if isinstance(cb, NonFiniteGuard))
+            assert counted._tally is not None  # the device path ran
+            assert counted.skipped_steps == 1, counted.skipped_steps  # on each rank (a forked process)
+
+    guard = NonFiniteGuard(max_consecutive=2, on_device=True)
+    callbacks = [NaNGradientAt({2}, rank=rank), guard, Check()]
+    trainer = tiny_trainer(devices=2, callbacks=callbacks, limit_val_batches=0)
+    trainer.fit(_model(), tiny_datamodule())
