@@ -233,13 +233,14 @@ class SyncFreeSteps(pl.Callback):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_cuda_whole_step_with_the_guard_does_not_synchronise_between_reads() -> None:
+@pytest.mark.parametrize("cuda_graphs", [False, True])
+def test_cuda_whole_step_with_the_guard_does_not_synchronise_between_reads(cuda_graphs: bool) -> None:
     strict = SyncFreeSteps(every=5)
     trainer = tiny_trainer(
         accelerator="cuda", max_steps=12, limit_val_batches=0, log_every_n_steps=4, callbacks=[strict]
     )
     try:
-        trainer.fit(_fused_protonet(), tiny_datamodule())
+        trainer.fit(_fused_protonet(cuda_graphs=cuda_graphs), tiny_datamodule())
     finally:
         torch.cuda.set_sync_debug_mode(0)
     guard = next(cb for cb in trainer.callbacks if isinstance(cb, NonFiniteGuard))
