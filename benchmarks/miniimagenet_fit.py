@@ -9,10 +9,10 @@ colour pattern, upsampled, under strong noise: learnable, so that the accuracies
   ``data.device_cache`` (the uint8 store on the device) and, with ``--cuda-graphs``, a second row with
   ``model.cuda_graphs``.
 * **learn2learn**: its ``TaskDataset`` (``NWays, KShots, LoadData, RemapLabels, ConsecutiveLabels`` over a
-  ``MetaDataset``) and its models (``CNN4Backbone(hidden_size=64)``, ``ResNet12Backbone()``), in the training loop
-  of its ProtoNet example (``examples/vision/protonet_miniimagenet.py``: sort a task by label, embed it, mean
-  support embeddings as prototypes, squared Euclidean logits), over the same number of episodes per optimiser
-  step (the gradients of the step's episodes accumulated), Adam lr 1e-3 as ours.
+  ``MetaDataset``) and its models (``CNN4Backbone(hidden_size=64)``; ``ResNet12Backbone(wider=False)``, the widths
+  of our ``resnet12``), in the training loop of its ProtoNet example (``examples/vision/protonet_miniimagenet.py``:
+  sort a task by label, embed it, mean support embeddings as prototypes, squared Euclidean logits), over the same
+  number of episodes per optimiser step (the gradients of the step's episodes accumulated), Adam lr 1e-3 as ours.
 
 Both on the same device, in one process; each fit's first ``--skip`` steps are left out (warm-up, cuDNN's
 autotuning, a graph's capture); on CUDA the clock synchronises at the first and last measured step. Accuracy: both
@@ -148,7 +148,7 @@ def l2l_model(backbone: str) -> nn.Module:
 
     if backbone == "conv4":
         return l2l.vision.models.CNN4Backbone(hidden_size=64, channels=3, max_pool=True)
-    return l2l.vision.models.ResNet12Backbone()
+    return l2l.vision.models.ResNet12Backbone(wider=False)  # TADAM's widths 64-128-256-512, as our resnet12
 
 
 def normalize(images: Tensor) -> Tensor:
