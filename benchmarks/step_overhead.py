@@ -18,11 +18,13 @@ the table gives the median step time (a typical step, which does not log), the m
 the amortised cost) and both minus the bare loop's: the overhead. On CUDA a step ends when its kernels do
 (``torch.cuda.synchronize`` at the first and last measured step only, so that the host runs ahead as it does in
 training) and the mean gives episodes/s; there the compute timers time the host's launches only, so episodes/s
-is the measure.
+is the measure. ``--cuda-graphs`` adds the same contenders with ``ProtoNet(cuda_graphs=True)`` (and a bare loop
+replaying the same graphs): their replays run outside the compute timers, so only their episodes/s compare.
 
     .venv/bin/python -m benchmarks.step_overhead                       # one thread, conv4 hidden 2, 3 rounds
     .venv/bin/python -m benchmarks.step_overhead --hidden 64           # the paper's conv4
     .venv/bin/python -m benchmarks.step_overhead --device cuda --hidden 64 --steps 600
+    .venv/bin/python -m benchmarks.step_overhead --device cuda --hidden 64 --cuda-graphs --only ess  # + graphed
     .venv/bin/python -m benchmarks.step_overhead --quick               # checks that it runs
 """
 
@@ -43,6 +45,8 @@ from lightning_fabric.utilities.apply_func import move_data_to_device
 
 from benchmarks._timing import machine, median, set_threads, table
 from lightning_episodes import EpisodicDataModule, ProtoNet
+from lightning_episodes.algorithms.base import default_optimizer
+from lightning_episodes.algorithms.graphs import GraphedLosses
 from lightning_episodes.callbacks import DifficultyWeightingCallback, NonFiniteGuard
 
 #: (target, proposal, normalization) of the weighted contenders
@@ -147,22 +151,24 @@ def data_module(episodes: int, steps: int) -> FixedBatches:
     return dm
 
 
-def model(hidden: int) -> ProtoNet:
+def model(hidden: int, cuda_graphs: bool = False) -> ProtoNet:
     pl.seed_everything(0, verbose=False)  # the same initial weights in every contender
-    net = ProtoNet(in_channels=1, image_size=28, backbone_options={"hidden": hidden})
+    net = ProtoNet(in_channels=1, image_size=28, backbone_options={"hidden": hidden}, cuda_graphs=cuda_graphs)
     net.episode_losses = TIMES.timed(net.episode_losses, "compute")  # type: ignore[method-assign]
     net.backward = TIMES.timed(net.backward, "compute")  # type: ignore[method-assign]
     return net
 
 
-def bare_loop(dm: FixedBatches, hidden: int, device: str, skip: int) -> list[float]:
-    """End-to-end step times of a plain PyTorch loop over the same batches."""
+def bare_loop(dm: FixedBatches, hidden: int, device: str, skip: int, cuda_graphs: bool = False) -> list[float]:
+    """End-to-end step times of a plain PyTorch loop over the same batches (the module's optimiser: Adam, fused on
+    CUDA; with ``cuda_graphs``, the episode losses replayed as the module's CUDA graph)."""
     net = model(hidden).to(device).train()
-    optimizer = torch.optim.Adam(net.parameters(), lr=1e-3)
+    optimizer = default_optimizer(net.parameters())
+    losses_of = GraphedLosses(net) if cuda_graphs else net.episode_losses
     ends = []
     for i, batch in enumerate(dm.batches):
         episode = dm.assemble(move_data_to_device(batch, device), augment=dm.augment, dtype=torch.float32)
-        loss = net.episode_losses(episode).losses.mean()
+        loss = losses_of(episode).losses.mean()
         optimizer.zero_grad(set_to_none=True)
         TIMES.timed(loss.backward, "compute")()
         optimizer.step()
@@ -174,7 +180,14 @@ def bare_loop(dm: FixedBatches, hidden: int, device: str, skip: int) -> list[flo
 
 
 def trainer_loop(
-    dm: FixedBatches, hidden: int, device: str, skip: int, log_every: int, folder: str, weighting: tuple | None
+    dm: FixedBatches,
+    hidden: int,
+    device: str,
+    skip: int,
+    log_every: int,
+    folder: str,
+    weighting: tuple | None,
+    cuda_graphs: bool = False,
 ) -> list[float]:
     """End-to-end step times of ``trainer.fit`` over the same batches."""
     steps = len(dm.batches)
@@ -200,7 +213,7 @@ def trainer_loop(
         devices=1,
         callbacks=callbacks,
     )
-    trainer.fit(model(hidden), datamodule=dm)
+    trainer.fit(model(hidden, cuda_graphs), datamodule=dm)
     return clock.ends[skip - 1 :]
 
 
@@ -208,9 +221,16 @@ Round = list[tuple[float, tuple[float, float, float]]]  # each measured step's e
 
 
 def weighted_loop(
-    dm: FixedBatches, hidden: int, device: str, skip: int, log_every: int, folder: str, weighting: tuple
+    dm: FixedBatches,
+    hidden: int,
+    device: str,
+    skip: int,
+    log_every: int,
+    folder: str,
+    weighting: tuple,
+    cuda_graphs: bool = False,
 ) -> list[float]:
-    return trainer_loop(dm, hidden, device, skip, log_every, folder, weighting)
+    return trainer_loop(dm, hidden, device, skip, log_every, folder, weighting, cuda_graphs)
 
 
 def steps(rounds: list[Round]) -> tuple[list[float], list[float], list[tuple[float, float, float]]]:
@@ -246,6 +266,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--episodes", type=int, default=16, help="episodes per step (default 16)")
     parser.add_argument("--log-every-n-steps", type=int, default=50, help="the Trainer's (default 50, Lightning's)")
     parser.add_argument("--only", default=None, help="comma-separated proposals/normalizations to keep (e.g. normal)")
+    parser.add_argument("--cuda-graphs", action="store_true", help="also each contender with cuda_graphs (CUDA)")
     parser.add_argument("--quick", action="store_true", help="1 round of 14 steps (checks that it runs)")
     args = parser.parse_args(argv)
     rounds, steps_per_fit, skip = (1, 14, 3) if args.quick else (args.rounds, args.steps, args.skip)
@@ -253,6 +274,8 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"--skip must be >= 3 and --steps exceed it by 2, got {steps_per_fit} and {skip}")
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: CUDA is not available")
+    if args.cuda_graphs and args.device != "cuda":
+        parser.error("--cuda-graphs needs --device cuda")
     set_threads(args.threads)
     print(f"Before: {machine()}")
     dm = data_module(args.episodes, steps_per_fit)
@@ -267,6 +290,15 @@ def main(argv: list[str] | None = None) -> None:
         contenders["Trainer + " + "/".join(w)] = functools.partial(
             weighted_loop, dm, args.hidden, args.device, skip, args.log_every_n_steps, weighting=w
         )
+    if args.cuda_graphs:
+        contenders["bare loop, cuda_graphs"] = lambda _: bare_loop(dm, args.hidden, args.device, skip, True)
+        contenders["Trainer, cuda_graphs"] = lambda folder: trainer_loop(
+            dm, args.hidden, args.device, skip, args.log_every_n_steps, folder, None, True
+        )
+        for w in weighted:
+            contenders["Trainer + " + "/".join(w) + ", cuda_graphs"] = functools.partial(
+                weighted_loop, dm, args.hidden, args.device, skip, args.log_every_n_steps, weighting=w, cuda_graphs=True
+            )
     measured: dict[str, list[Round]] = {name: [] for name in contenders}
     with tempfile.TemporaryDirectory() as folder, timers():
         for _ in range(rounds):

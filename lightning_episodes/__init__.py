@@ -1,25 +1,53 @@
 """lightning-episodes: episodic few-shot learning with uniform sampling over episode difficulty.
 
-Importing the package registers every algorithm, callback and dataset, so LightningCLI accepts their
-short names (``--model MAML``).
+The public names below are imported when first used (``from lightning_episodes import ProtoNet``), so that
+``import lightning_episodes`` and ``lightning-episodes --help`` do not wait seconds for PyTorch and Lightning.
+Importing :mod:`lightning_episodes.algorithms`, :mod:`~lightning_episodes.callbacks` and
+:mod:`~lightning_episodes.data` registers every algorithm, callback and dataset (the command line does), so
+LightningCLI accepts their short names (``--model MAML``).
 """
 
-from lightning_episodes.algorithms import (
-    ANIL,
-    FEAT,
-    MAML,
-    EpisodeMeanCI,
-    EpisodeOutput,
-    EpisodicModule,
-    Pretrain,
-    ProtoNet,
-    load_episodic_module,
-)
-from lightning_episodes.callbacks import DifficultyTrackingCallback, DifficultyWeightingCallback
-from lightning_episodes.data import Episode, EpisodeIdentity, EpisodicDataModule
-from lightning_episodes.inference import Prediction, predict
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from lightning_episodes.algorithms import (
+        ANIL,
+        FEAT,
+        MAML,
+        EpisodeMeanCI,
+        EpisodeOutput,
+        EpisodicModule,
+        Pretrain,
+        ProtoNet,
+        load_episodic_module,
+    )
+    from lightning_episodes.callbacks import DifficultyTrackingCallback, DifficultyWeightingCallback
+    from lightning_episodes.data import Episode, EpisodeIdentity, EpisodicDataModule
+    from lightning_episodes.inference import Prediction, predict
 
 __version__ = "0.1.0"
+
+#: public name -> the module that defines it
+_EXPORTS = {
+    **dict.fromkeys(
+        ("ANIL", "FEAT", "MAML", "EpisodeMeanCI", "EpisodeOutput", "EpisodicModule", "Pretrain", "ProtoNet"),
+        "lightning_episodes.algorithms",
+    ),
+    "load_episodic_module": "lightning_episodes.algorithms",
+    "DifficultyTrackingCallback": "lightning_episodes.callbacks",
+    "DifficultyWeightingCallback": "lightning_episodes.callbacks",
+    **dict.fromkeys(("Episode", "EpisodeIdentity", "EpisodicDataModule"), "lightning_episodes.data"),
+    "Prediction": "lightning_episodes.inference",
+    "predict": "lightning_episodes.inference",
+}
+
+#: the subpackages and modules, imported on first use as attributes (``lightning_episodes.callbacks``)
+_SUBMODULES = frozenset(
+    ("algorithms", "analysis", "callbacks", "cli", "commands", "console", "data", "inference", "models", "weighting")
+)
 
 __all__ = [
     "ANIL",
@@ -40,3 +68,18 @@ __all__ = [
     "load_episodic_module",
     "predict",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _SUBMODULES:
+        return importlib.import_module(f"{__name__}.{name}")
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'lightning_episodes' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # once: later look-ups are plain attribute reads
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})

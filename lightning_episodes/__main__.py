@@ -2,7 +2,7 @@
 
 import sys
 
-from lightning_episodes.cli import entry
+from lightning_episodes.console import entry
 
 if __name__ == "__main__":
     sys.exit(entry())

@@ -14,7 +14,10 @@ from pytorch_lightning.cli import LightningArgumentParser, LightningCLI
 from pytorch_lightning.utilities import rank_zero_info
 from typing_extensions import override
 
-import lightning_episodes  # noqa: F401  (registers algorithms, callbacks and datasets for short names)
+# importing them registers every algorithm, callback and dataset, so LightningCLI accepts their short names
+import lightning_episodes.algorithms
+import lightning_episodes.callbacks
+import lightning_episodes.data  # noqa: F401
 from lightning_episodes.algorithms.base import EpisodicModule
 from lightning_episodes.algorithms.loading import CheckpointError, check_class_path, read_checkpoint
 from lightning_episodes.algorithms.schedules import check_schedule
@@ -24,7 +27,7 @@ from lightning_episodes.callbacks.checkpointing import (
     find_last_checkpoint,
 )
 from lightning_episodes.cli_checks import check_accelerator, check_world_size, own_outputs
-from lightning_episodes.console import TRAINER_COMMANDS, run
+from lightning_episodes.console import TOOLS, TRAINER_COMMANDS, run
 from lightning_episodes.data.datamodule import EpisodicDataModule
 
 #: The checkpoint callback of every run whose ``trainer.callbacks`` lists no ``ModelCheckpoint``: the best checkpoint
@@ -250,27 +253,6 @@ class EpisodicCLI(LightningCLI):
             self.trainer.test(self.model, datamodule=self.datamodule, ckpt_path="best" if has_best else None)
 
 
-#: subcommands that are not Trainer methods: name -> (module with ``main(argv) -> int``, one-line help)
-TOOLS: dict[str, tuple[str, str]] = {
-    "predict": (
-        "lightning_episodes.commands.predict",
-        "classify your own images: a checkpoint, a support folder (one sub-folder per class) and query images -> CSV",
-    ),
-    "difficulty": (
-        "lightning_episodes.commands.difficulty",
-        "score fixed episodes with a checkpoint: one CSV row per episode (identity, difficulty, accuracy)",
-    ),
-    "report": (
-        "lightning_episodes.commands.report",
-        "results tables in the paper's format from test_results.json files",
-    ),
-    "compare": (
-        "lightning_episodes.commands.compare",
-        "paired per-episode test-accuracy difference of two sampling schemes, per scenario",
-    ),
-}
-
-
 def run_tool(argv: list[str]) -> int | None:
     """Run ``argv[0]`` if it names one of :data:`TOOLS` (``None`` otherwise)."""
     if not argv or argv[0] not in TOOLS:
@@ -285,7 +267,7 @@ def entry(argv: list[str] | None = None) -> int:
     Args:
         argv: the arguments after the program name (``None``: ``sys.argv[1:]``).
     """
-    return run(argv, main, TOOLS)
+    return run(argv, main, TOOLS)  # the same as lightning_episodes.console.entry, the console script
 
 
 def main(args: list[str] | None = None, exit_on_error: bool = True, run: bool = True) -> EpisodicCLI:

@@ -30,6 +30,27 @@ TRAINER_COMMANDS = {
 }
 #: A tool: ``(module with main(argv) -> int, one-line help)``.
 Tool = tuple[str, str]
+#: subcommands that are not Trainer methods: name -> (module with ``main(argv) -> int``, one-line help). Imported
+#: when they run, like the LightningCLI (:mod:`lightning_episodes.cli`): ``--help``, ``--version`` and a wrong command
+#: import nothing beyond the standard library.
+TOOLS: dict[str, Tool] = {
+    "predict": (
+        "lightning_episodes.commands.predict",
+        "classify your own images: a checkpoint, a support folder (one sub-folder per class) and query images -> CSV",
+    ),
+    "difficulty": (
+        "lightning_episodes.commands.difficulty",
+        "score fixed episodes with a checkpoint: one CSV row per episode (identity, difficulty, accuracy)",
+    ),
+    "report": (
+        "lightning_episodes.commands.report",
+        "results tables in the paper's format from test_results.json files",
+    ),
+    "compare": (
+        "lightning_episodes.commands.compare",
+        "paired per-episode test-accuracy difference of two sampling schemes, per scenario",
+    ),
+}
 _PACKAGE = str(Path(__file__).resolve().parent)
 
 
@@ -81,6 +102,14 @@ def run(argv: list[str] | None, trainer_cli: Callable[..., object], tools: Mappi
         print(f"{PROG} {__version__}")
         return 0
     command = args[0] if args[0] in tools or args[0] in TRAINER_COMMANDS else None
+    if command is None and not args[0].startswith("-"):
+        # answered here, without importing the LightningCLI (options before a command are still its to parse)
+        choices = ", ".join([*TRAINER_COMMANDS, *tools])
+        sys.stderr.write(
+            f"usage: {PROG} <command> [options]\n{PROG}: error: unknown command {args[0]!r} (choose from {choices})\n"
+            f"(`{PROG} --help` lists the commands)\n"
+        )
+        return 2
     try:
         if command is not None and command in tools:
             module = importlib.import_module(tools[command][0])
@@ -103,6 +132,23 @@ def run(argv: list[str] | None, trainer_cli: Callable[..., object], tools: Mappi
             f"(`{name} --help` lists the options; {DEBUG_ENV}=1 shows the traceback)\n"
         )
         return 2
+
+
+def trainer_cli(args: list[str] | None, exit_on_error: bool = True) -> object:
+    """:func:`lightning_episodes.cli.main`, imported when a Trainer command runs (Lightning takes seconds to import)."""
+    from lightning_episodes.cli import main
+
+    return main(args, exit_on_error=exit_on_error)
+
+
+def entry(argv: list[str] | None = None) -> int:
+    """The ``lightning-episodes`` console script: ``fit|validate|test`` or one of :data:`TOOLS`; a user error is one
+    line with exit status 2. ``--help``, ``--version`` and a wrong command import nothing beyond the standard library.
+
+    Args:
+        argv: the arguments after the program name (``None``: ``sys.argv[1:]``).
+    """
+    return run(argv, trainer_cli, TOOLS)
 
 
 def _diverged(error: BaseException) -> str | None:

@@ -18,6 +18,7 @@ from torch import Tensor, nn
 from typing_extensions import override
 
 from lightning_episodes.algorithms.functional import query_loss
+from lightning_episodes.algorithms.graphs import GraphedLosses, check_cuda_graphs
 from lightning_episodes.algorithms.interface import (
     EpisodeOutput,
     EpisodeSelector,
@@ -54,8 +55,13 @@ def logger_writes(trainer: pl.Trainer) -> bool:
 
 
 def default_optimizer(params: Any) -> torch.optim.Optimizer:
-    """Adam with learning rate 1e-3, the paper's optimiser."""
-    return torch.optim.Adam(params, lr=1e-3)
+    """Adam with learning rate 1e-3, the paper's optimiser; on CUDA its fused kernel (the same update in one launch,
+    which :class:`~lightning_episodes.callbacks.NonFiniteGuard` can skip without a host read, and CUDA graphs can
+    capture)."""
+    params = list(params)
+    tensors = [t for p in params for t in (p["params"] if isinstance(p, dict) else [p])]
+    on_cuda = bool(tensors) and all(t.is_cuda for t in tensors)
+    return torch.optim.Adam(params, lr=1e-3, fused=True if on_cuda else None)
 
 
 class EpisodicModule(pl.LightningModule):
@@ -97,13 +103,22 @@ class EpisodicModule(pl.LightningModule):
             compiling, see ``benchmarks/compile_step.py``; evaluation compiles its own graph, and new episode
             shapes compile again). Worth it for long runs; MAML refuses it (its inner loop recompiles). Default:
             False.
+        cuda_graphs: in ``fit`` on one CUDA device, replay each training batch's episode losses (the backbone's
+            forward and backward) as a CUDA graph captured on the first batch of its shape
+            (:mod:`lightning_episodes.algorithms.graphs`): the same numbers up to float rounding, without the
+            host's kernel launches that bound small models' steps. The weights, the weighted loss and the
+            optimiser step stay eager, and so does evaluation. Refused (one line, when fitting starts) off CUDA,
+            under DDP or mixed precision, with ``compile_backbone``, and by MAML and ANIL. Default: False.
 
     Raises:
-        ValueError: on an unknown ``eval_batch_norm`` or backbone, or an image too small for the backbone.
+        ValueError: on an unknown ``eval_batch_norm`` or backbone, or an image too small for the backbone; when
+            fitting starts, on ``cuda_graphs`` where the step cannot be captured.
     """
 
     #: algorithms that adapt with gradients during evaluation (MAML, ANIL) set this to True
     requires_grad_in_evaluation: ClassVar[bool] = False
+    #: whether ``episode_losses`` can be captured in a CUDA graph (MAML's inner loop differentiates its gradients)
+    supports_cuda_graphs: ClassVar[bool] = True
     #: backbone options of the algorithm, under the user's ``backbone_options`` (MAML: no running statistics)
     backbone_defaults: ClassVar[dict[str, Any]] = {}
 
@@ -118,6 +133,7 @@ class EpisodicModule(pl.LightningModule):
         eval_batch_norm: EvalBatchNorm = "running",
         channels_last: bool = False,
         compile_backbone: bool = False,
+        cuda_graphs: bool = False,
     ) -> None:
         super().__init__()
         check_choice("eval_batch_norm", eval_batch_norm, ("running", "episode"))
@@ -126,6 +142,8 @@ class EpisodicModule(pl.LightningModule):
         self.optimizer, self.lr_scheduler = optimizer, lr_scheduler
         self.eval_batch_norm = eval_batch_norm
         self.channels_last, self.compile_backbone = channels_last, compile_backbone
+        self.cuda_graphs = cuda_graphs
+        self._graphed: GraphedLosses | None = None
         self._weighting: WeightingStrategy | None = None
         #: dataset and episode shape of the training run this model comes from (restored from checkpoints)
         self.trained_on: dict[str, Any] | None = None
@@ -204,6 +222,8 @@ class EpisodicModule(pl.LightningModule):
     @override
     def configure_model(self) -> None:
         # the Trainer calls this before it wraps the model (DDP) and builds the optimiser, in every stage
+        if self.cuda_graphs and self.trainer.state.fn == "fit":
+            check_cuda_graphs(self, self.trainer)
         if self.channels_last:
             self.use_channels_last()
         if self.compile_backbone:
@@ -238,7 +258,11 @@ class EpisodicModule(pl.LightningModule):
         trainer = self.trainer
         if isinstance(self.weighting, EpisodeSelector):  # resampling: the strategy chooses the step's episodes
             batch = self.weighting.select_episodes(self, batch)
-        out = self._output(batch)
+        if self.cuda_graphs:
+            self._graphed = self._graphed or GraphedLosses(self)
+            out = self._graphed(batch)
+        else:
+            out = self._output(batch)
         difficulties = out.difficulty
         if self.weighting is None:
             step = EpisodeWeights(torch.ones_like(difficulties))
@@ -274,6 +298,10 @@ class EpisodicModule(pl.LightningModule):
         optimizers = self.trainer.optimizers
         if optimizers:  # the same on every rank: a Python number, no collective
             self.log("train/lr", float(optimizers[0].param_groups[0]["lr"]), batch_size=len(out.losses))
+
+    @override
+    def teardown(self, stage: str) -> None:
+        self._graphed = None  # the graphs' memory, and their hold on the model's tensors
 
     # -- evaluation ----------------------------------------------------------------------------------------
     @override

@@ -49,6 +49,7 @@ class MAML(EpisodicModule):
     """
 
     requires_grad_in_evaluation: ClassVar[bool] = True
+    supports_cuda_graphs: ClassVar[bool] = False
     #: whether the inner loop calls the backbone with fast weights (then ``compile_backbone`` is refused)
     adapts_backbone: ClassVar[bool] = True
 

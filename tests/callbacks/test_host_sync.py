@@ -6,9 +6,10 @@ the CPU test is structural: it patches the reading methods of ``torch.Tensor`` a
 ``EpisodicModule.training_step`` (the module's loss, the weighting callback's ``episode_weights``,
 ``weighted_loss`` and the logging) during a real ``Trainer`` fit. On CUDA, ``torch.cuda.set_sync_debug_mode("error")``
 around the same steps raises at any synchronisation. What remains per step, by design and outside the training
-step: ``NonFiniteGuard``'s one read of its check (a skip is decided before the optimiser step) and, with the
-weighting callback, its one transfer of the step's record in ``on_train_batch_end`` (what the moving estimate of
-the proposal absorbs on the host).
+step: ``NonFiniteGuard``'s one read of its check on its host path (a CPU, a non-fused optimiser; its device path,
+the default on CUDA with a fused optimiser, reads only on logging steps and every ``max_consecutive``-th step) and,
+with the weighting callback, its one transfer of the step's record in ``on_train_batch_end`` (what the moving
+estimate of the proposal absorbs on the host).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from pytorch_lightning.loggers import Logger
 
 from lightning_episodes import ProtoNet
 from lightning_episodes.algorithms.base import logger_writes
-from lightning_episodes.callbacks import DifficultyWeightingCallback
+from lightning_episodes.callbacks import DifficultyWeightingCallback, NonFiniteGuard
 from tests.helpers import tiny_datamodule, tiny_trainer
 
 #: the methods through which Python code reads a tensor's values on the host
@@ -183,3 +184,66 @@ def test_the_loggers_receive_the_mean_loss_and_accuracy_of_their_step() -> None:
 def test_cuda_training_step_does_not_synchronise_where_the_loggers_do_not_write(arm: str) -> None:
     model, _, _ = _fit(CALLBACKS[arm](), accelerator="cuda")  # set_sync_debug_mode("error") raises otherwise
     assert model.quiet_steps == [0, 1, 2, 4, 5, 6]
+
+
+def _fused_protonet(**kwargs: Any) -> ProtoNet:
+    pl.seed_everything(0)
+    return ProtoNet(image_size=16, optimizer=lambda p: torch.optim.Adam(p, lr=1e-3, fused=True), **kwargs)
+
+
+def test_the_device_path_reads_only_at_its_cadence() -> None:
+    """Host reads inside the guard's hook: none on the steps that are neither logging steps (every 4th) nor every
+    ``max_consecutive``-th (3rd) step nor the last, one transfer on those (and none on the host path's first step
+    beyond its own read)."""
+    reads = Reads()
+    by_step: dict[int, int] = {}
+
+    class Counted(NonFiniteGuard):
+        def on_before_optimizer_step(self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: Any) -> None:
+            before, reads.active = len(reads.calls), True
+            try:
+                super().on_before_optimizer_step(trainer, pl_module, optimizer)
+            finally:
+                reads.active = False
+                by_step[trainer.global_step] = len(reads.calls) - before
+
+    trainer = tiny_trainer(max_steps=10, limit_val_batches=0, log_every_n_steps=4, callbacks=[Counted(3, True)])
+    with counting(reads):
+        trainer.fit(_fused_protonet(), tiny_datamodule())
+    # step 0: the host path (Adam has no state yet); reads at 2, 5, 8 (every 3rd), 3 and 7 (logging), 9 (the last)
+    assert {step for step, count in by_step.items() if count} == {0, 2, 3, 5, 7, 8, 9}
+    assert all(by_step[step] == 1 for step in (2, 3, 5, 7, 8, 9))
+
+
+class SyncFreeSteps(pl.Callback):
+    """``set_sync_debug_mode("error")`` from a step's start to its end (forward, backward, the guard, the optimiser
+    step) on the steps where neither the loggers write nor the guard reads."""
+
+    def __init__(self, every: int) -> None:
+        self.every, self.strict_steps = every, []
+
+    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: Any) -> None:
+        step = trainer.global_step
+        if step > 0 and (step + 1) % 4 and (step + 1) % self.every and step + 1 < trainer.max_steps:
+            torch.cuda.set_sync_debug_mode("error")
+            self.strict_steps.append(step)
+
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: Any) -> None:
+        torch.cuda.set_sync_debug_mode(0)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("cuda_graphs", [False, True])
+def test_cuda_whole_step_with_the_guard_does_not_synchronise_between_reads(cuda_graphs: bool) -> None:
+    strict = SyncFreeSteps(every=5)
+    trainer = tiny_trainer(
+        accelerator="cuda", max_steps=12, limit_val_batches=0, log_every_n_steps=4, callbacks=[strict]
+    )
+    try:
+        trainer.fit(_fused_protonet(cuda_graphs=cuda_graphs), tiny_datamodule())
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    guard = next(cb for cb in trainer.callbacks if isinstance(cb, NonFiniteGuard))
+    assert guard._tally is not None  # the device path ran
+    # step 0: Adam has no state yet (the host path); 3, 7, 11 log; 4, 9 read (every 5th); 11 is the last
+    assert strict.strict_steps == [1, 2, 5, 6, 8, 10]
