@@ -256,8 +256,11 @@ class EpisodicModule(pl.LightningModule):
     @override
     def training_step(self, batch: Episode, batch_idx: int) -> dict[str, Any]:
         trainer = self.trainer
-        if isinstance(self.weighting, EpisodeSelector):  # resampling: the strategy chooses the step's episodes
-            batch = self.weighting.select_episodes(self, batch)
+        # resampling: an EpisodeSelector strategy chooses the step's episodes (an attribute lookup: a runtime
+        # Protocol isinstance check walks the protocol's members on every step)
+        select = getattr(self.weighting, "select_episodes", None)
+        if select is not None:
+            batch = select(self, batch)
         if self.cuda_graphs:
             self._graphed = self._graphed or GraphedLosses(self)
             out = self._graphed(batch)
