@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The converging study of docs/study.md ("Under the paper's protocol"): ProtoNet conv4 5-way 1-shot on glyphs-hard and
 # glyphs-100, constant and step learning rate, the protocol of configs/study/converge_cpu.yaml, nothing tuned for any
-# arm. Runs go to $OUT/<schedule>/<data>__<model>/seed<N>/<arm>/ in priority order: seed 0 of every arm in every cell
-# first (the schedules in the order of $SCHEDULES), then seeds 1 and 2 of the baseline and the paper's uniform.
+# arm. Runs go to $OUT/<schedule>/<data>__<model>/seed<N>/<arm>/ in priority order: seed 0 of the baseline and the
+# paper's uniform in every cell first (the schedules in the order of $SCHEDULES), then seed 0 of the other arms
+# ($ARMS), then seeds 1 and 2 of the baseline and the paper's uniform.
 # Resumable: run it again and finished runs are skipped, a stopped one resumes from its last.ckpt
 # (scripts/run_scenario.py). The arms: the paper's uniform, its resampling variant, PSIS, and the two placebos.
 #   bash scripts/study_converge.sh glyphs_100_5w1s      # one benchmark (a stream of its own; two streams fit 2 cores)
@@ -13,7 +14,7 @@ cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-.venv/bin/python}
 OUT=${OUT:-studies/converge}
 MODEL=configs/models/protonet_euclidean_conv4.yaml
-ARMS=${ARMS:-uniform uniform_resample uniform_online_psis uniform_online_placebo uniform_resample_placebo}
+ARMS=${ARMS:-uniform_resample uniform_online_psis uniform_online_placebo uniform_resample_placebo}
 SCHEDULES=${SCHEDULES:-constant step}
 DATA=("${@:-glyphs_100_5w1s glyphs_hard_5w1s}")
 read -r -a DATA <<< "${DATA[*]}"
@@ -28,6 +29,11 @@ scenario() {  # <data> <schedule> <seeds> <schemes...>
         --online-only --schemes "$@" --seeds $seeds --out "$OUT/$schedule" --launcher "$PYTHON -m lightning_episodes"
 }
 
+for schedule in $SCHEDULES; do
+    for data in "${DATA[@]}"; do
+        scenario "$data" "$schedule" 0 uniform
+    done
+done
 for schedule in $SCHEDULES; do
     for data in "${DATA[@]}"; do
         # shellcheck disable=SC2086
