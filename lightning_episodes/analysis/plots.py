@@ -205,6 +205,10 @@ def _non_constant(values: ArrayLike) -> np.ndarray:
     return array
 
 
+def _seeds(count: int) -> str:
+    return f"{count} seed" if count == 1 else f"{count} seeds"
+
+
 def plot_study(table: ResultsTable, runs: Sequence[RunResult]) -> Figure:
     """A study at a glance: per benchmark (a column of ``table``), each arm's test accuracy with its 95% interval
     (top) and each run's validation curve, coloured by arm, with its best step marked (bottom).
@@ -227,7 +231,7 @@ def plot_study(table: ResultsTable, runs: Sequence[RunResult]) -> Figure:
             cell = table.cells[row, column]
             top.errorbar(k, 100 * cell.mean, yerr=100 * cell.ci95, fmt="o", capsize=4, color=colours[row])
         top.set_xticks(
-            range(len(present)), [f"{row.scheme}\n({table.cells[row, column].seeds} seeds)" for row in present]
+            range(len(present)), [f"{row.scheme}\n({_seeds(table.cells[row, column].seeds)})" for row in present]
         )
         top.tick_params(axis="x", labelsize=7)
         top.set_ylabel("test accuracy (%) ± 95% CI")
