@@ -30,7 +30,7 @@ weighting callback's arguments). ``--dry-run`` prints the commands without runni
 A scheme is a target (``uniform``, ``easy``, ``hard``, ``curriculum``: run as ``<target>_offline`` and/or
 ``<target>_online``) or the name of any other config of ``configs/sampling`` (e.g. ``uniform_online_psis``,
 ``uniform_online_placebo``), run once as it is, with the baseline's best checkpoint as its reference when its name
-says ``offline``. The study of the README (both benchmarks, four arms, three seeds)::
+says ``offline``. The study of docs/study.md (both benchmarks, four arms, three seeds)::
 
     python scripts/run_scenario.py --data configs/data/glyphs_hard_5w1s.yaml \\
         --model configs/models/protonet_euclidean_conv4.yaml --trainer configs/study/glyphs_cpu.yaml \\

@@ -7,6 +7,7 @@ import re
 import shlex
 import subprocess
 import sys
+import unicodedata
 from pathlib import Path
 
 import pytest
@@ -36,6 +37,34 @@ def test_ci_runs_exactly_the_readme_test_command() -> None:
         if line and not line.startswith(("#", "set ", "cd "))
     ]
     assert ci == ["make test"]
+
+
+def test_the_readme_is_a_front_page_of_at_most_300_lines() -> None:
+    """The README says what the library is and how to start; the rest lives in docs/ (the site) and CHANGELOG.md."""
+    assert len(README.splitlines()) <= 300
+
+
+def _slug(heading: str) -> str:
+    """The anchor of a Markdown heading, as MkDocs' ``toc`` extension (and GitHub, for these headings) makes it."""
+    text = unicodedata.normalize("NFKD", re.sub(r"[`*]", "", heading)).encode("ascii", "ignore").decode()
+    return re.sub(r"[-\s]+", "-", re.sub(r"[^\w\s-]", "", text).strip().lower())
+
+
+def _anchors(markdown: str) -> set[str]:
+    text = re.sub(r"```.*?```", "", markdown, flags=re.DOTALL)
+    return {_slug(heading) for heading in re.findall(r"^#{1,6} (.+)$", text, flags=re.MULTILINE)}
+
+
+def test_the_readmes_links_reach_files_and_headings_that_exist() -> None:
+    links = re.findall(r"\]\(([^)\s]+)\)", re.sub(r"```.*?```", "", README, flags=re.DOTALL))
+    local = [link for link in links if not link.startswith(("http://", "https://"))]
+    assert any(link.startswith("docs/") for link in local), "the README links the documentation's pages"
+    for link in local:
+        path, _, anchor = link.partition("#")
+        target = ROOT / path if path else ROOT / "README.md"
+        assert target.exists(), f"README links {link!r}: no such file"
+        if anchor:
+            assert anchor in _anchors(target.read_text()), f"README links {link!r}: no such heading"
 
 
 def test_quickstart_commands_in_the_readme_are_what_make_quickstart_runs() -> None:

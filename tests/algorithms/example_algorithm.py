@@ -1,4 +1,5 @@
-"""A soft nearest-neighbour few-shot classifier: the complete example of "Adding an algorithm" in the README."""
+"""A soft nearest-neighbour few-shot classifier: the complete example of the guide "Your own
+algorithm" (docs/guides/own-algorithm.md)."""
 
 from __future__ import annotations
 

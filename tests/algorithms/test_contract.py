@@ -121,7 +121,7 @@ ROWS = [
         bad_configs=(({"num_classes": 0}, r"model.num_classes must be > 0, got 0"),),
         data=PRETRAINING,
     ),
-    # the README's "Adding an algorithm" example: its one row
+    # the example of the guide "Your own algorithm": its one row
     Row(NearestNeighbour, bad_configs=(({"temperature": 0.0}, r"model.temperature must be > 0, got 0.0"),)),
 ]
 
@@ -346,9 +346,9 @@ def test_importance_weights_multiply_each_episodes_whole_loss(row: Row) -> None:
         torch.testing.assert_close(loss.double(), expected, rtol=1e-5, atol=1e-6)
 
 
-def test_the_readme_shows_the_example_algorithm() -> None:
-    """README's "Adding an algorithm" shows ``example_algorithm.py`` (a row of :data:`ROWS`) as it is."""
+def test_the_guide_shows_the_example_algorithm() -> None:
+    """The guide "Your own algorithm" shows ``example_algorithm.py`` (a row of :data:`ROWS`) as it is."""
     root = Path(__file__).resolve().parents[2]
-    blocks = re.findall(r"```python\n(.*?)```", (root / "README.md").read_text(), flags=re.DOTALL)
+    blocks = re.findall(r"```python\n(.*?)```", (root / "docs/guides/own-algorithm.md").read_text(), flags=re.DOTALL)
     assert (root / "tests/algorithms/example_algorithm.py").read_text() in blocks
     assert any(row.cls is NearestNeighbour for row in ROWS)

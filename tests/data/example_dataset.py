@@ -1,4 +1,5 @@
-"""A dataset kept as one NumPy archive per split: the complete example of "Adding a dataset" in the README.
+"""A dataset kept as one NumPy archive per split: the complete example of the guide "Your own dataset"
+(docs/guides/own-dataset.md).
 
 Layout (``np.savez(path, images=..., labels=..., class_names=...)``)::
 

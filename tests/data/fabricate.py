@@ -211,7 +211,7 @@ def write_folder(root: Path, per_class: int = 3, classes: dict[str, int] | None 
 
 
 def write_npz_example(root: Path, per_class: int = 3) -> Fabricated:
-    """``root/my_dataset/{train,val,test}.npz`` of the README's example loader (``tests/data/example_dataset.py``):
+    """``root/my_dataset/{train,val,test}.npz`` of the guide's example loader (``tests/data/example_dataset.py``):
     each split its own image size, images of a class scattered, class names not in sorted order, RGBA test images."""
     classes = {"train": "tulip daisy rose iris lily", "validation": "poppy aster orchid", "test": "violet lotus peony"}
     fab = Fabricated({split: names.split() for split, names in classes.items()})

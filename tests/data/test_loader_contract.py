@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from lightning_episodes.data.datasets import SPLITS, ImageDataset, available_datasets, load_dataset
-from tests.data import example_dataset  # registers the README's example loader, "npz-example", for these tests only
+from tests.data import example_dataset  # registers the guide's example loader, "npz-example", for these tests only
 from tests.data.fabricate import (
     Fabricated,
     write_cub200,
@@ -74,7 +74,7 @@ LOADERS = [
     ),
     # the letters of fabricate.GLYPHS_CHARACTERS, split at random in Mini-ImageNet's shares
     LoaderCase("glyphs-100", write_glyphs_100, (5, 1, 1), image_size=32, options={"images_per_class": 3}),
-    # the README's "Adding a dataset" example: its one row
+    # the example of the guide "Your own dataset": its one row
     LoaderCase("npz-example", write_npz_example, (5, 3, 3)),
 ]
 CASES = [pytest.param(case, id=case.name) for case in LOADERS]
@@ -175,12 +175,13 @@ def test_missing_files_of_a_loader_without_download_name_the_layout_and_offer_no
     assert "download" not in str(error.value), "npz-example has nothing to download (data.download=true is refused)"
 
 
-def test_the_readme_shows_the_example_dataset_and_its_row() -> None:
-    """README's "Adding a dataset" shows ``example_dataset.py`` as it is, and a row of :data:`LOADERS` for it."""
+def test_the_guide_shows_the_example_dataset_and_its_row() -> None:
+    """The guide's "A dataset of its own format" shows ``example_dataset.py`` as it is, and a row of :data:`LOADERS`
+    for it."""
     root = Path(__file__).resolve().parents[2]
-    readme = (root / "README.md").read_text()
-    section = re.search(r"^## Adding a dataset\n(.*?)(?=^## |\Z)", readme, flags=re.DOTALL | re.MULTILINE)
-    assert section, 'README.md has no section "## Adding a dataset"'
+    guide = (root / "docs/guides/own-dataset.md").read_text()
+    section = re.search(r"^## A dataset of its own format\n(.*?)(?=^## |\Z)", guide, flags=re.DOTALL | re.MULTILINE)
+    assert section, 'docs/guides/own-dataset.md has no section "## A dataset of its own format"'
     blocks = re.findall(r"```python\n(.*?)```", section.group(1), flags=re.DOTALL)
     assert Path(example_dataset.__file__).read_text() in blocks
     shown = re.findall(r"^\+(.*)$", "".join(re.findall(r"```diff\n(.*?)```", section.group(1), flags=re.DOTALL)), re.M)
