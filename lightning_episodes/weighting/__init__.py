@@ -49,6 +49,7 @@ from lightning_episodes.weighting.normalizers import (
 from lightning_episodes.weighting.proposals import (
     PROPOSAL_OPTIONS,
     LogNormalProposal,
+    MomentProposal,
     NormalProposal,
     Proposal,
     available_proposals,
@@ -105,6 +106,7 @@ __all__ = [
     "HardTarget",
     "LogNormalProposal",
     "LossNormalization",
+    "MomentProposal",
     "NormalProposal",
     "Normalizer",
     "ParetoSmoothedNormalizer",

@@ -33,6 +33,7 @@ from lightning_episodes.weighting.weights import (
 __all__ = [
     "PROPOSAL_OPTIONS",
     "LogNormalProposal",
+    "MomentProposal",
     "NormalProposal",
     "Proposal",
     "available_proposals",
@@ -172,11 +173,13 @@ class Proposal(ABC):
 PROPOSAL_REGISTRY: Final[Registry[Proposal]] = Registry("proposal", Proposal)  # type: ignore[type-abstract]
 
 
-@PROPOSAL_REGISTRY.builtin("normal")
-class NormalProposal(Proposal):
-    """``q = N(mu, sigma^2)``, the paper's: :class:`DifficultyEstimator` online, mean and variance offline.
+class MomentProposal(Proposal):
+    """A proposal fitted by the mean and variance of (a transform of) the difficulties: :class:`DifficultyEstimator`
+    online (the paper's warm-up and moving averages), the sample's mean and variance (ddof 0) offline.
 
-    Its weights are exactly :func:`importance_weights` (``S = [mu - c sigma, mu + c sigma]``).
+    Subclasses give :meth:`log_density` and :meth:`support` from :attr:`location` and :attr:`scale` (and may
+    override ``_transform``, the map of the difficulties whose moments are estimated); the state is the
+    estimator's.
 
     Args:
         support_sigmas: ``c`` (default 2.58).
@@ -226,6 +229,20 @@ class NormalProposal(Proposal):
             {"ready": True, "mu": mu, "variance": variance, "nonfinite": values.numel() - finite.numel()}
         )
 
+    def state_dict(self) -> dict[str, Any]:
+        return self.estimator.state_dict()
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.estimator.load_state_dict(state)
+
+
+@PROPOSAL_REGISTRY.builtin("normal")
+class NormalProposal(MomentProposal):
+    """``q = N(mu, sigma^2)``, the paper's: :class:`DifficultyEstimator` online, mean and variance offline.
+
+    Its weights are exactly :func:`importance_weights` (``S = [mu - c sigma, mu + c sigma]``).
+    """
+
     def log_density(self, x: Tensor) -> Tensor:
         z = (x - self.location) / self.scale
         return -0.5 * z * z - _LOG_SQRT_2PI - math.log(self.scale)
@@ -240,15 +257,9 @@ class NormalProposal(Proposal):
             difficulties, self.location, self.scale, target, self.support_sigmas, out_of_support, progress
         )
 
-    def state_dict(self) -> dict[str, Any]:
-        return self.estimator.state_dict()
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self.estimator.load_state_dict(state)
-
 
 @PROPOSAL_REGISTRY.builtin("lognormal")
-class LogNormalProposal(NormalProposal):
+class LogNormalProposal(MomentProposal):
     """``log(difficulty) ~ N(m, s^2)``: the normal's estimator on log-difficulty, ``S = [e^(m - c s), e^(m + c s)]``.
 
     A non-positive difficulty has no log: like a non-finite one it gets weight 0, stays out of the
@@ -275,7 +286,7 @@ class LogNormalProposal(NormalProposal):
         self, difficulties: Tensor, target: Target, out_of_support: str = "zero", progress: float | None = None
     ) -> Tensor:
         positive = torch.where(difficulties > 0, difficulties, math.nan)
-        return Proposal.weights(self, positive, target, out_of_support, progress)
+        return super().weights(positive, target, out_of_support, progress)
 
 
 _ProposalClass = type[Proposal]
