@@ -105,7 +105,6 @@ def kde_quantiles(data: Tensor, bandwidth: float, probabilities: list[float]) ->
     return x
 
 
-@PROPOSAL_REGISTRY.builtin("empirical")
 class EmpiricalProposal(Proposal):
     """A Gaussian kernel density estimate over the last ``window`` finite difficulties (Scott's bandwidth).
 
@@ -213,3 +212,6 @@ class EmpiricalProposal(Proposal):
         self._nonfinite = int(state.get("nonfinite", 0))
         self._data = cpu64(state.get("window", torch.zeros(0)))[-self.window :]
         self._refresh()
+
+
+PROPOSAL_REGISTRY.builtin("empirical", EmpiricalProposal)

@@ -29,7 +29,7 @@ from torch import Tensor
 
 from lightning_episodes.weighting.diagnostics import gpd_fit, gpd_quantile, tail_size
 from lightning_episodes.weighting.loss import EpisodeWeights, stat_dtype
-from lightning_episodes.weighting.registry import Registry
+from lightning_episodes.weighting.registry import Registry, subclass_of
 
 __all__ = [
     "NORMALIZER_OPTIONS",
@@ -134,10 +134,11 @@ class Normalizer(ABC):
         return f"{type(self).__name__}()"
 
 
-NORMALIZER_REGISTRY: Final[Registry[Normalizer]] = Registry("normalization", Normalizer)  # type: ignore[type-abstract]
+NORMALIZER_REGISTRY: Final[Registry[type[Normalizer]]] = Registry(
+    "normalization", subclass_of("normalization", Normalizer)
+)
 
 
-@NORMALIZER_REGISTRY.builtin("ess")
 class ESSNormalizer(Normalizer):
     """``ess``: ``sum w L / ESS``, the paper's (Algorithm 1, Eq. 3); no state."""
 
@@ -145,7 +146,6 @@ class ESSNormalizer(Normalizer):
         return EpisodeWeights(weights, "ess")
 
 
-@NORMALIZER_REGISTRY.builtin("self")
 class SelfNormalizer(Normalizer):
     """``self``: ``sum w L / sum w``, self-normalised importance sampling; no state."""
 
@@ -153,7 +153,6 @@ class SelfNormalizer(Normalizer):
         return EpisodeWeights(weights, "self")
 
 
-@NORMALIZER_REGISTRY.builtin("truncated")
 class TruncatedNormalizer(Normalizer):
     """``truncated``: :func:`truncate_weights` over the global batch, then ``sum w L / sum w``."""
 
@@ -161,7 +160,6 @@ class TruncatedNormalizer(Normalizer):
         return EpisodeWeights(truncate_weights(weights), "self")
 
 
-@NORMALIZER_REGISTRY.builtin("psis")
 class ParetoSmoothedNormalizer(Normalizer):
     """``psis``: :func:`pareto_smooth` against the last ``window`` raw weights, then ``sum w L / sum w``.
 
@@ -196,7 +194,6 @@ class ParetoSmoothedNormalizer(Normalizer):
         self.recent = self.recent.to("cpu", torch.float64).flatten()[-self.window :]
 
 
-@NORMALIZER_REGISTRY.builtin("running")
 class RunningNormalizer(Normalizer):
     """``running``: ``sum w L / D_t``, ``D_t = decay D_(t-1) + (1 - decay) sum_t w`` (``D_0`` = the first step's).
 
@@ -234,6 +231,12 @@ class RunningNormalizer(Normalizer):
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.average = None if state.get("average") is None else float(state["average"])
 
+
+NORMALIZER_REGISTRY.builtin("ess", ESSNormalizer)
+NORMALIZER_REGISTRY.builtin("self", SelfNormalizer)
+NORMALIZER_REGISTRY.builtin("truncated", TruncatedNormalizer)
+NORMALIZER_REGISTRY.builtin("psis", ParetoSmoothedNormalizer)
+NORMALIZER_REGISTRY.builtin("running", RunningNormalizer)
 
 _NormalizerClass = type[Normalizer]
 

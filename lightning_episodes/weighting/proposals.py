@@ -21,7 +21,7 @@ import torch
 from torch import Tensor
 
 from lightning_episodes.weighting.estimator import DifficultyEstimator, difficulty_statistics
-from lightning_episodes.weighting.registry import Registry
+from lightning_episodes.weighting.registry import Registry, subclass_of
 from lightning_episodes.weighting.targets import Target
 from lightning_episodes.weighting.weights import (
     DEFAULT_SUPPORT_SIGMAS,
@@ -170,7 +170,7 @@ class Proposal(ABC):
         )
 
 
-PROPOSAL_REGISTRY: Final[Registry[Proposal]] = Registry("proposal", Proposal)  # type: ignore[type-abstract]
+PROPOSAL_REGISTRY: Final[Registry[type[Proposal]]] = Registry("proposal", subclass_of("proposal", Proposal))
 
 
 class MomentProposal(Proposal):
@@ -236,7 +236,6 @@ class MomentProposal(Proposal):
         self.estimator.load_state_dict(state)
 
 
-@PROPOSAL_REGISTRY.builtin("normal")
 class NormalProposal(MomentProposal):
     """``q = N(mu, sigma^2)``, the paper's: :class:`DifficultyEstimator` online, mean and variance offline.
 
@@ -258,7 +257,6 @@ class NormalProposal(MomentProposal):
         )
 
 
-@PROPOSAL_REGISTRY.builtin("lognormal")
 class LogNormalProposal(MomentProposal):
     """``log(difficulty) ~ N(m, s^2)``: the normal's estimator on log-difficulty, ``S = [e^(m - c s), e^(m + c s)]``.
 
@@ -288,6 +286,9 @@ class LogNormalProposal(MomentProposal):
         positive = torch.where(difficulties > 0, difficulties, math.nan)
         return super().weights(positive, target, out_of_support, progress)
 
+
+PROPOSAL_REGISTRY.builtin("normal", NormalProposal)
+PROPOSAL_REGISTRY.builtin("lognormal", LogNormalProposal)
 
 _ProposalClass = type[Proposal]
 
