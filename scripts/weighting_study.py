@@ -86,7 +86,8 @@ def run(out: Path, arm: str, seed: int, steps: int) -> dict[str, Any]:
     val = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
     test = trainer.test(model, data, verbose=False)[0]
     record = {
-        "arm": arm, "seed": seed, "steps": steps, "options": weighting.options, "seconds": time.perf_counter() - start,
+        "arm": arm, "seed": seed, "steps": steps, "options": dict(weighting.options),
+        "seconds": time.perf_counter() - start,
         "val_acc": val.get("val/acc"), "test_acc": test["test/acc"], "test_ci95": test["test/acc_ci95"],
         "rows": recorder.rows,
     }  # fmt: skip

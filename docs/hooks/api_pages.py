@@ -3,8 +3,8 @@
 Every public object gets one home, so that each has one anchor to link to:
 
 - a package documents what its ``__all__`` exports (``lightning_episodes.algorithms`` documents ``ProtoNet``);
-- an object that several packages export lives in the deepest package on its own import path (``NORMALIZATIONS``,
-  exported by ``callbacks`` and ``weighting``, lives in ``weighting``); the others list it with a link;
+- an object that several packages export lives in the deepest package on its own import path (an object exported by
+  ``callbacks`` and ``weighting`` lives in ``weighting``); the others list it with a link;
 - a public module (no ``_`` in its path) gets a page when it has public objects that no package exports
   (``lightning_episodes.algorithms.functional``); a module whose objects all live in its package gets none.
 

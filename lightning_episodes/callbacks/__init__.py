@@ -3,20 +3,23 @@ from, non-finite steps and test records."""
 
 from lightning_episodes.callbacks.checkpointing import ResumableCheckpoint
 from lightning_episodes.callbacks.difficulty_tracking import DifficultyTrackingCallback
-from lightning_episodes.callbacks.difficulty_weighting import ESTIMATES, DifficultyWeightingCallback, WeightingStep
+from lightning_episodes.callbacks.difficulty_weighting import (
+    ESTIMATES,
+    DifficultyWeightingCallback,
+    WeightingOptions,
+    WeightingStep,
+)
 from lightning_episodes.callbacks.nonfinite import NonFiniteError, NonFiniteGuard
 from lightning_episodes.callbacks.test_results import TestResultsWriter
-from lightning_episodes.weighting import NORMALIZATIONS, PROPOSALS
 
 __all__ = [
     "ESTIMATES",
-    "NORMALIZATIONS",
-    "PROPOSALS",
     "DifficultyTrackingCallback",
     "DifficultyWeightingCallback",
     "NonFiniteError",
     "NonFiniteGuard",
     "ResumableCheckpoint",
     "TestResultsWriter",
+    "WeightingOptions",
     "WeightingStep",
 ]

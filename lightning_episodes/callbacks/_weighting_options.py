@@ -1,95 +1,164 @@
-"""Validation of :class:`~lightning_episodes.callbacks.DifficultyWeightingCallback`'s options and of the Trainer.
+"""The options of :class:`~lightning_episodes.callbacks.DifficultyWeightingCallback`, and the Trainer's checks.
 
-:func:`check_options` runs at construction, :func:`check_trainer` at ``setup("fit")``; every error names the
-option and its allowed range, so a bad YAML value fails before any training.
+:class:`WeightingOptions` holds every option, frozen and validated once at construction; :func:`check_trainer`
+runs at ``setup("fit")``. Every error names the option and its allowed range, so a bad YAML value fails before any
+training.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, fields
+from pathlib import Path
 from typing import Any, Final
 
 import pytorch_lightning as pl
 
 from lightning_episodes.callbacks._resample_step import check_datamodule
 from lightning_episodes.callbacks.reference import check_reference
-from lightning_episodes.weighting import NORMALIZATIONS, OUT_OF_SUPPORT, PROPOSALS, UPDATES
+from lightning_episodes.weighting import (
+    NORMALIZER_OPTIONS,
+    OUT_OF_SUPPORT,
+    PROPOSAL_OPTIONS,
+    UPDATES,
+    Target,
+    available_normalizers,
+    available_proposals,
+    get_target,
+)
 
-__all__ = ["ESTIMATES", "MODES", "check_options", "check_trainer"]
+__all__ = ["ESTIMATES", "MODES", "WeightingOptions", "check_trainer"]
 
 #: Accepted values of ``estimate``.
 ESTIMATES: Final[tuple[str, ...]] = ("online", "offline")
 #: Accepted values of ``mode``.
 MODES: Final[tuple[str, ...]] = ("reweight", "resample")
+#: Integer options and their minimum.
+_MINIMUMS: Final[dict[str, int]] = {
+    "warmup_steps": 2, "window": 10, "offline_episodes": 2, "histogram_every_n_steps": 0, "pool": 2, "seed": 0,
+}  # fmt: skip
+#: Options passed on as floats (a YAML ``3`` is an int).
+_FLOATS: Final[tuple[str, ...]] = ("support_sigmas", "decay", "running_decay")
 
 
 def _is_number(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 def _invalid(name: str, value: object, requirement: str) -> ValueError:
     return ValueError(f"DifficultyWeightingCallback: {name} must be {requirement}, got {value!r}")
 
 
-def check_options(options: dict[str, Any]) -> None:
-    """Raises a ``ValueError`` naming the first option out of its range.
+@dataclass(frozen=True)
+class WeightingOptions(Mapping[str, Any]):
+    """Every option of :class:`~lightning_episodes.callbacks.DifficultyWeightingCallback` (documented there),
+    validated once here and frozen.
 
-    Args:
-        options: the callback's options by name (see its ``options`` property).
+    It is also a read-only mapping of the options as plain values (``target``: its name, or its class's name for
+    a :class:`~lightning_episodes.weighting.Target` instance), which is what a results record stores to tell runs
+    apart.
 
     Raises:
-        ValueError: for an option out of range or unknown; ``proposal="online"``/``"offline"`` (the option's
-            meaning in earlier versions) is told to use ``estimate``.
+        ValueError: for an option out of its range or unknown, naming the option and the allowed values
+            (``proposal="online"/"offline"`` of older versions is told to use ``estimate``).
     """
-    proposal = options["proposal"]
-    if proposal in ESTIMATES:
-        raise ValueError(
-            f"DifficultyWeightingCallback: proposal={proposal!r} is now estimate={proposal!r}: `proposal` names the "
-            f"model of the difficulty distribution, one of {list(PROPOSALS)}, and `estimate` chooses between the "
-            "online estimate and the offline reference (in YAML: replace `proposal: "
-            f"{proposal}` by `estimate: {proposal}`)"
-        )
-    decay, running_decay = options["decay"], options["running_decay"]
-    if not (_is_number(decay) and 0.0 <= decay < 1.0):
-        raise _invalid("decay", decay, "a number in [0, 1)")
-    if not (_is_number(running_decay) and 0.0 <= running_decay < 1.0):
-        raise _invalid("running_decay", running_decay, "a number in [0, 1)")
-    minimums = {"warmup_steps": 2, "window": 10, "offline_episodes": 2, "histogram_every_n_steps": 0, "pool": 2}
-    for key, minimum in minimums.items():
-        if not (_is_int(options[key]) and options[key] >= minimum):
-            raise _invalid(key, options[key], f"an integer >= {minimum}")
-    if not (_is_int(options["seed"]) and options["seed"] >= 0):
-        raise _invalid("seed", options["seed"], "an integer >= 0")
-    if not (_is_number(options["support_sigmas"]) and options["support_sigmas"] > 0):
-        raise _invalid("support_sigmas", options["support_sigmas"], "a finite number > 0")
-    for key, allowed in (
-        ("out_of_support", OUT_OF_SUPPORT),
-        ("normalization", NORMALIZATIONS),
-        ("update", UPDATES),
-        ("estimate", ESTIMATES),
-        ("proposal", PROPOSALS),
-        ("mode", MODES),
-    ):
-        if options[key] not in allowed:
-            raise _invalid(key, options[key], f"one of {list(allowed)}")
-    for key in ("shuffle_weights", "log_grad_norm", "replacement"):
-        if not isinstance(options[key], bool):
-            raise _invalid(key, options[key], "true or false")
-    if options["mode"] == "resample" and options["normalization"] != "ess":
-        raise ValueError(
-            f"DifficultyWeightingCallback: normalization={options['normalization']!r} applies to mode='reweight' "
-            "only: resampled episodes are trained with weight 1 (leave normalization at 'ess')"
-        )
-    if options["estimate"] == "offline" and not options["reference_checkpoint"]:
-        raise ValueError(
-            "DifficultyWeightingCallback: estimate='offline' needs reference_checkpoint, the checkpoint of a "
-            "model trained with plain sampling on the same ways (on the command line: "
-            "--trainer.callbacks.reference_checkpoint=PATH after the sampling config)"
-        )
+
+    target: str | Target = "uniform"
+    decay: float = 0.9
+    warmup_steps: int = 100
+    support_sigmas: float = 2.58
+    out_of_support: str = "zero"
+    normalization: str = "ess"
+    update: str = "episode"
+    estimate: str = "online"
+    proposal: str = "normal"
+    window: int = 1000
+    running_decay: float = 0.99
+    shuffle_weights: bool = False
+    seed: int = 0
+    log_grad_norm: bool = False
+    reference_checkpoint: str | None = None
+    offline_episodes: int = 1000
+    histogram_every_n_steps: int = 0
+    name: str = ""
+    mode: str = "reweight"
+    pool: int = 4
+    replacement: bool = True
+
+    def __post_init__(self) -> None:
+        if isinstance(self.reference_checkpoint, Path):
+            object.__setattr__(self, "reference_checkpoint", str(self.reference_checkpoint))
+        try:
+            get_target(self.target)
+        except ValueError as error:
+            raise ValueError(f"DifficultyWeightingCallback: {error}") from None
+        if self.proposal in ESTIMATES:
+            raise ValueError(
+                f"DifficultyWeightingCallback: proposal={self.proposal!r} is now estimate={self.proposal!r}: "
+                f"`proposal` names the model of the difficulty distribution, one of {list(available_proposals())}, "
+                "and `estimate` chooses between the online estimate and the offline reference (in YAML: replace "
+                f"`proposal: {self.proposal}` by `estimate: {self.proposal}`)"
+            )
+        for key in ("decay", "running_decay"):
+            if not (_is_number(self[key]) and 0.0 <= self[key] < 1.0):
+                raise _invalid(key, self[key], "a number in [0, 1)")
+        for key, minimum in _MINIMUMS.items():
+            if not (isinstance(self[key], int) and not isinstance(self[key], bool) and self[key] >= minimum):
+                raise _invalid(key, self[key], f"an integer >= {minimum}")
+        if not (_is_number(self.support_sigmas) and self.support_sigmas > 0):
+            raise _invalid("support_sigmas", self.support_sigmas, "a finite number > 0")
+        for key, allowed in (
+            ("out_of_support", OUT_OF_SUPPORT),
+            ("normalization", available_normalizers()),
+            ("update", UPDATES),
+            ("estimate", ESTIMATES),
+            ("proposal", available_proposals()),
+            ("mode", MODES),
+        ):
+            if self[key] not in allowed:
+                raise _invalid(key, self[key], f"one of {list(allowed)}")
+        for key in ("shuffle_weights", "log_grad_norm", "replacement"):
+            if not isinstance(self[key], bool):
+                raise _invalid(key, self[key], "true or false")
+        if self.mode == "resample" and self.normalization != "ess":
+            raise ValueError(
+                f"DifficultyWeightingCallback: normalization={self.normalization!r} applies to mode='reweight' "
+                "only: resampled episodes are trained with weight 1 (leave normalization at 'ess')"
+            )
+        if self.estimate == "offline" and not self.reference_checkpoint:
+            raise ValueError(
+                "DifficultyWeightingCallback: estimate='offline' needs reference_checkpoint, the checkpoint of a "
+                "model trained with plain sampling on the same ways (on the command line: "
+                "--trainer.callbacks.reference_checkpoint=PATH after the sampling config)"
+            )
+
+    @property
+    def target_name(self) -> str:
+        """The target's name (a :class:`~lightning_episodes.weighting.Target` instance: its class's name)."""
+        return self.target if isinstance(self.target, str) else type(self.target).__name__
+
+    def proposal_options(self) -> dict[str, Any]:
+        """The options a proposal is built with (:data:`~lightning_episodes.weighting.PROPOSAL_OPTIONS`)."""
+        return {key: float(self[key]) if key in _FLOATS else self[key] for key in PROPOSAL_OPTIONS}
+
+    def normalizer_options(self) -> dict[str, Any]:
+        """The options a normaliser is built with (:data:`~lightning_episodes.weighting.NORMALIZER_OPTIONS`)."""
+        return {key: float(self[key]) if key in _FLOATS else self[key] for key in NORMALIZER_OPTIONS}
+
+    # -- the read-only mapping of plain values ----------------------------------------------------------------
+    def __getitem__(self, key: str) -> Any:
+        if key == "target":
+            return self.target_name
+        if key not in self.__dataclass_fields__:
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def __iter__(self) -> Iterator[str]:
+        return (field.name for field in fields(self))
+
+    def __len__(self) -> int:
+        return len(self.__dataclass_fields__)
 
 
 def check_trainer(

@@ -6,7 +6,7 @@ Importance weighting over episode difficulty ("Uniform Sampling over Episode Dif
 NeurIPS 2021) as a Lightning callback that plugs into :class:`~lightning_episodes.EpisodicModule`. It composes
 a proposal model, a target, a normaliser and diagnostics from :mod:`lightning_episodes.weighting`; the method
 and every option are described in ``docs/method.md``. The step's weights and its host read are in
-``_weighting_step``, the counters and warnings in ``_weighting_book``, the checks in ``_weighting_options``, the
+``_weighting_step``, the counters and warnings in ``_weighting_book``, the options in ``_weighting_options``, the
 logged values in ``_weighting_logs``; ``mode="resample"``'s choice of episodes in ``_resample_step``.
 """
 
@@ -27,7 +27,7 @@ from lightning_episodes.callbacks import reference as ref
 from lightning_episodes.callbacks._resample_step import Resampler, ResampleStep, SelectionFit, resample_metrics
 from lightning_episodes.callbacks._weighting_book import BookCounter, WeightingBook
 from lightning_episodes.callbacks._weighting_logs import WeightingStep, logger_writes
-from lightning_episodes.callbacks._weighting_options import ESTIMATES, check_options, check_trainer
+from lightning_episodes.callbacks._weighting_options import ESTIMATES, WeightingOptions, check_trainer
 from lightning_episodes.callbacks._weighting_step import global_weights, read_record
 from lightning_episodes.data.episode import Episode
 from lightning_episodes.weighting import (
@@ -41,7 +41,7 @@ from lightning_episodes.weighting import (
     make_proposal,
 )
 
-__all__ = ["ESTIMATES", "DifficultyWeightingCallback", "WeightingStep"]
+__all__ = ["ESTIMATES", "DifficultyWeightingCallback", "WeightingOptions", "WeightingStep"]
 
 
 class DifficultyWeightingCallback(Callback):
@@ -84,10 +84,12 @@ class DifficultyWeightingCallback(Callback):
         out_of_support: ``"zero"``: weight 0 outside ``S``; ``"clamp"``: evaluate at the nearest end of ``S``.
         normalization: ``"ess"`` (``sum w L / ESS``, the paper's), ``"self"`` (``sum w L / sum w``),
             ``"truncated"`` (weights capped at ``mean(w) sqrt(|B|)``, then self), ``"psis"`` (Pareto-smoothed
-            tail, then self) or ``"running"`` (``sum w L / D``, ``D`` a moving average of ``sum w``).
+            tail, then self), ``"running"`` (``sum w L / D``, ``D`` a moving average of ``sum w``) or a name
+            registered with :func:`~lightning_episodes.weighting.register_normalizer`.
         update: ``"episode"`` or ``"batch"``: how the normal/log-normal online estimate absorbs a step.
         estimate: ``"online"`` or ``"offline"``.
-        proposal: ``"normal"``, ``"lognormal"`` or ``"empirical"``: the model ``q`` of the difficulties.
+        proposal: the model ``q`` of the difficulties: ``"normal"``, ``"lognormal"``, ``"empirical"`` or a name
+            registered with :func:`~lightning_episodes.weighting.register_proposal`.
         window: recent difficulties of the empirical proposal, recent weights of ``psis`` and of the diagnostics.
         running_decay: weight of the old value in ``running``'s average of ``sum w``, in ``[0, 1)``.
         shuffle_weights: placebo control: permute each step's weights among its episodes (same permutation on
@@ -108,6 +110,8 @@ class DifficultyWeightingCallback(Callback):
             episode may be trained twice in a step) or without (distinct episodes; where ``p / q`` exceeds ``k``
             times its mean, e.g. the far tails of ``uniform`` at ``k = 4``, they are chosen less than ``p`` says).
 
+    Every option is kept once, in :attr:`options` (a frozen :class:`WeightingOptions`, validated at construction).
+
     Raises:
         ValueError: at construction, for an argument out of range or unknown (``proposal="online"/"offline"`` of
             older versions: use ``estimate``); at ``setup``, for a curriculum without ``trainer.max_steps``,
@@ -121,8 +125,8 @@ class DifficultyWeightingCallback(Callback):
     Example::
 
         >>> callback = DifficultyWeightingCallback(target="uniform", proposal="lognormal", normalization="running")
-        >>> callback.state_key
-        'DifficultyWeightingCallback[]'
+        >>> callback.state_key, callback.options.proposal
+        ('DifficultyWeightingCallback[]', 'lognormal')
         >>> # trainer = pl.Trainer(max_steps=10_000, callbacks=[callback]); trainer.fit(ProtoNet(), datamodule)
     """
 
@@ -133,10 +137,10 @@ class DifficultyWeightingCallback(Callback):
         warmup_steps: int = 100,
         support_sigmas: float = 2.58,
         out_of_support: Literal["zero", "clamp"] = "zero",
-        normalization: Literal["ess", "self", "truncated", "psis", "running"] = "ess",
+        normalization: str = "ess",
         update: Literal["episode", "batch"] = "episode",
         estimate: Literal["online", "offline"] = "online",
-        proposal: Literal["normal", "lognormal", "empirical"] = "normal",
+        proposal: str = "normal",
         window: int = 1000,
         running_decay: float = 0.99,
         shuffle_weights: bool = False,
@@ -150,31 +154,12 @@ class DifficultyWeightingCallback(Callback):
         pool: int = 4,
         replacement: bool = True,
     ) -> None:
-        try:
-            self.target = get_target(target)
-        except ValueError as error:
-            raise ValueError(f"DifficultyWeightingCallback: {error}") from None
-        self.target_name = target if isinstance(target, str) else type(target).__name__
-        self._options: dict[str, Any] = {
-            "target": self.target_name, "proposal": proposal, "estimate": estimate, "decay": decay,
-            "warmup_steps": warmup_steps, "update": update, "support_sigmas": support_sigmas,
-            "out_of_support": out_of_support, "normalization": normalization, "window": window,
-            "running_decay": running_decay, "shuffle_weights": shuffle_weights, "seed": seed,
-            "log_grad_norm": log_grad_norm, "offline_episodes": offline_episodes,
-            "histogram_every_n_steps": histogram_every_n_steps, "name": name, "mode": mode, "pool": pool,
-            "replacement": replacement,
-            "reference_checkpoint": None if reference_checkpoint is None else str(reference_checkpoint),
-        }  # fmt: skip
-        check_options(self._options)
-        self.support_sigmas, self.out_of_support = float(support_sigmas), out_of_support
-        self.normalization, self.estimate, self.proposal = normalization, estimate, proposal
-        self.warmup_steps, self.window, self.seed = warmup_steps, window, seed
-        self.shuffle_weights, self.log_grad_norm = shuffle_weights, log_grad_norm
-        self.reference_checkpoint: str | None = self._options["reference_checkpoint"]
-        self.offline_episodes, self.histogram_every_n_steps, self.name = offline_episodes, histogram_every_n_steps, name
-        self.mode, self.pool, self.replacement = mode, pool, replacement
-        self.proposal_model = make_proposal(proposal, float(support_sigmas), float(decay), warmup_steps, update, window)
-        self.normalizer = make_normalizer(normalization, window, float(running_decay))
+        arguments = {key: value for key, value in locals().items() if key not in ("self", "__class__")}
+        #: every option, validated and frozen (also a mapping of them as plain values, for the results record)
+        self.options = options = WeightingOptions(**arguments)
+        self.target = get_target(options.target)
+        self.proposal_model = make_proposal(options.proposal, **options.proposal_options())
+        self.normalizer = make_normalizer(options.normalization, **options.normalizer_options())
         self.diagnostics = WeightingDiagnostics(window)
         #: the checkpointed state (``proposal_model``, ``normalizer``, ``diagnostics`` and the counters)
         self.book = WeightingBook(self.proposal_model, self.normalizer, self.diagnostics, proposal, warmup_steps)
@@ -182,23 +167,19 @@ class DifficultyWeightingCallback(Callback):
         #: ``mode="resample"``: the goodness of fit of the chosen difficulties (checkpointed)
         self.selection_fit = SelectionFit(window)
         self.reference: EpisodicModule | None = None
-        #: what the last training step did (see :class:`WeightingStep`)
+        #: the record of the step in progress, from its weights (on the device) to ``on_train_batch_end``
+        self.current_step: WeightingStep | None = None
+        #: what the last training step did, read to the host (see :class:`WeightingStep`)
         self.last_step: WeightingStep | None = None
         self._previous: WeightingStrategy | None = None
-        self._pending: WeightingStep | None = None
         #: ``mode="resample"``: what the last step chose (see :class:`ResampleStep`)
         self.last_selection: ResampleStep | None = None
-
-    @property
-    def options(self) -> dict[str, str | int | float | bool | None]:
-        """Every option of this callback as plain values (what a results record stores to tell runs apart)."""
-        return dict(self._options)
 
     @property
     @override
     def state_key(self) -> str:
         # fixed prefix, not type(self).__qualname__: subclasses restore checkpoints of the base class
-        return f"DifficultyWeightingCallback[{self.name}]"
+        return f"DifficultyWeightingCallback[{self.options.name}]"
 
     @property
     def ready(self) -> bool:
@@ -227,8 +208,8 @@ class DifficultyWeightingCallback(Callback):
         if isinstance(pl_module.weighting, DifficultyWeightingCallback) and pl_module.weighting is not self:
             raise ValueError("only one DifficultyWeightingCallback can weight a module at a time")
         if stage == "fit":
-            offline = self.reference_checkpoint if self.estimate == "offline" else None
-            check_trainer(trainer, isinstance(self.target, CurriculumTarget), offline, self.mode == "resample")
+            offline = self.options.reference_checkpoint if self.options.estimate == "offline" else None
+            check_trainer(trainer, isinstance(self.target, CurriculumTarget), offline, self.options.mode == "resample")
         if pl_module.weighting is not self:
             self._previous = pl_module.weighting
         pl_module.weighting = self
@@ -237,16 +218,20 @@ class DifficultyWeightingCallback(Callback):
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if isinstance(pl_module, EpisodicModule) and pl_module.weighting is self:
             pl_module.weighting = self._previous
-        self._previous = self.reference = self._pending = None  # frees the reference; on_fit_start loads it again
+        self._previous = self.reference = self.current_step = None  # frees the reference; on_fit_start loads it again
 
     @override
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if self.estimate != "offline":
+        if self.options.estimate != "offline":
             return
-        assert self.reference_checkpoint is not None
-        self.reference = ref.load_reference(self.reference_checkpoint, pl_module.device, ref.module_dtype(pl_module))
+        assert self.options.reference_checkpoint is not None
+        self.reference = ref.load_reference(
+            self.options.reference_checkpoint, pl_module.device, ref.module_dtype(pl_module)
+        )
         if self.offline_scored == 0:  # else restored from the checkpoint: the same estimates, without scoring again
-            values = ref.fit_offline(trainer, pl_module, self.reference, self.proposal_model, self.offline_episodes)
+            values = ref.fit_offline(
+                trainer, pl_module, self.reference, self.proposal_model, self.options.offline_episodes
+            )
             self.offline_scored = values.numel()
             self.diagnostics.observe(values, None)
             self.book.check_fit()
@@ -266,20 +251,20 @@ class DifficultyWeightingCallback(Callback):
         Returns:
             Detached, finite, non-negative weights (all 1 during the online warm-up) and their normalisation.
         """
-        if self.mode == "resample":  # the episodes were chosen by weight: each is trained with weight 1
+        if self.options.mode == "resample":  # the episodes were chosen by weight: each is trained with weight 1
             return EpisodeWeights(torch.ones_like(difficulties))
         trainer = module.trainer
         global_step, progress = trainer.global_step, self._progress(trainer)
-        if self.estimate == "offline":
+        if self.options.estimate == "offline":
             difficulties = ref.reference_difficulties(self._reference(), batch).to(difficulties.device)
         local = difficulties.detach()
         # (W, B_local) under DDP, unchanged in one process; rank order is global batch order
         everything = trainer.strategy.all_gather(local).reshape(-1)
-        q, seed = self.proposal_model, self.seed if self.shuffle_weights else None
+        q, seed = self.proposal_model, self.options.seed if self.options.shuffle_weights else None
         raw, result = global_weights(
-            everything, q, self.target, self.normalizer, self.out_of_support, progress, seed, global_step
+            everything, q, self.target, self.normalizer, self.options.out_of_support, progress, seed, global_step
         )
-        self._pending = WeightingStep(
+        self.current_step = WeightingStep(
             global_step, progress, q.location, q.scale, everything, result.weights, not q.ready, raw, q.support()
         )
         start = trainer.global_rank * local.numel()
@@ -288,10 +273,10 @@ class DifficultyWeightingCallback(Callback):
     def select_episodes(self, module: EpisodicModule, batch: Episode) -> Episode:
         """The episodes the step trains on: ``batch`` itself, or with ``mode="resample"`` this rank's share of the
         ``|B|`` candidates chosen by weight from the step's pool (called by ``EpisodicModule.training_step``)."""
-        if self.mode != "resample":
+        if self.options.mode != "resample":
             return batch
-        scorer = module if self.estimate == "online" else self._reference()
-        learn = self.book.learn if self.estimate == "online" else None
+        scorer = module if self.options.estimate == "online" else self._reference()
+        learn = self.book.learn if self.options.estimate == "online" else None
         q, progress = self.proposal_model, self._progress(module.trainer)
         chosen, record = self.resampler.choose(module, scorer, q, self.target, progress, learn)
         self.last_selection = record
@@ -300,7 +285,7 @@ class DifficultyWeightingCallback(Callback):
         raw = weights if record.raw_weights is None else record.raw_weights[record.selected]
         difficulties = record.difficulties[record.selected]
         warmup = record.raw_weights is None
-        self._pending = WeightingStep(
+        self.current_step = WeightingStep(
             record.step, progress, q.location, q.scale, difficulties, weights, warmup, raw, q.support()
         )
         return chosen
@@ -320,11 +305,11 @@ class DifficultyWeightingCallback(Callback):
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        pending, self._pending = self._pending, None
-        if pending is None or not isinstance(outputs, dict) or "weighted" not in outputs:
+        current, self.current_step = self.current_step, None
+        if current is None or not isinstance(outputs, dict) or "weighted" not in outputs:
             return  # the module did not ask for weights at this step
         weighted, selection = outputs["weighted"], self.last_selection
-        step, skipped, nonfinite = read_record(pending, weighted)  # the step's one read from the device
+        step, skipped, nonfinite = read_record(current, weighted)  # the step's one read from the device
         self.last_step = step
         self.book.count(step.step, skipped + int(selection is not None and selection.fallback), nonfinite)
         if selection is None:
@@ -335,26 +320,26 @@ class DifficultyWeightingCallback(Callback):
             estimated = not (step.warmup and self.proposal_model.steps < 1)
             values = logs.step_metrics(step, weighted, isinstance(self.target, CurriculumTarget), estimated)
             values.update(skipped_steps=float(self.skipped_steps), nonfinite_episodes=float(self.nonfinite_episodes))
-            values.update(self.diagnostics.summary(log_difficulty=self.proposal == "lognormal"))
+            values.update(self.diagnostics.summary(log_difficulty=self.proposal_model.log_difficulty))
             if selection is not None:
                 values.update(resample_metrics(selection), **self.selection_fit.summary())
             logs.log_values(pl_module, values, len(step.weights))
-        logs.log_histograms(trainer, step, self.histogram_every_n_steps)
-        if self.estimate == "online" and selection is None:  # resampling: q learnt the pool before choosing
+        logs.log_histograms(trainer, step, self.options.histogram_every_n_steps)
+        if self.options.estimate == "online" and selection is None:  # resampling: q learnt the pool before choosing
             self.book.learn(step.difficulties)
 
     @override
     def on_before_optimizer_step(self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: Any) -> None:
-        if self.log_grad_norm and logger_writes(trainer):
+        if self.options.log_grad_norm and logger_writes(trainer):
             logs.log_grad_norm(pl_module)
 
     # -- checkpointed state ---------------------------------------------------------------------------------------
     @override
     def state_dict(self) -> dict[str, Any]:
-        state = self.book.state_dict(self.reference_checkpoint)
-        return state | {"selection_fit": self.selection_fit.state_dict()} if self.mode == "resample" else state
+        state = self.book.state_dict(self.options.reference_checkpoint)
+        return state | {"selection_fit": self.selection_fit.state_dict()} if self.options.mode == "resample" else state
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.book.load_state_dict(state_dict, self.estimate == "online", self.reference_checkpoint)
+        self.book.load_state_dict(state_dict, self.options.estimate == "online", self.options.reference_checkpoint)
         self.selection_fit.load_state_dict(state_dict.get("selection_fit", {}))

@@ -2,11 +2,12 @@
 
 Implements the weighting of "Uniform Sampling over Episode Difficulty" (Arnold et al., NeurIPS 2021) and the
 robust variants of ``docs/method.md``: proposal models of the difficulty distribution (:class:`Proposal`:
-normal as in the paper, log-normal, empirical), target distributions over difficulty (:class:`Target` and its
-registry), importance weights (:func:`importance_weights`, :func:`density_ratio_weights`), normalisers of the
-step's loss scale (:class:`Normalizer`), the ESS-normalised loss of Algorithm 1 / Eq. 3
-(:func:`weighted_loss`, :func:`ess_weighted_loss`), diagnostics of the weights (:func:`pareto_k`) and the
-selection of a step's episodes from a pool of candidates by their weights (:func:`select_candidates`).
+normal as in the paper, log-normal, empirical; :func:`register_proposal` adds one), target distributions over
+difficulty (:class:`Target`; :func:`register_target`), importance weights (:func:`importance_weights`,
+:func:`density_ratio_weights`), normalisers of the step's loss scale (:class:`Normalizer`;
+:func:`register_normalizer`), the ESS-normalised loss of Algorithm 1 / Eq. 3 (:func:`weighted_loss`,
+:func:`ess_weighted_loss`), diagnostics of the weights (:func:`pareto_k`) and the selection of a step's episodes
+from a pool of candidates by their weights (:func:`select_candidates`).
 """
 
 from lightning_episodes.weighting.diagnostics import (
@@ -20,6 +21,7 @@ from lightning_episodes.weighting.diagnostics import (
     pareto_k,
     skewness,
 )
+from lightning_episodes.weighting.empirical import EmpiricalProposal, kde_bandwidth, kde_log_density, kde_quantiles
 from lightning_episodes.weighting.estimator import UPDATES, DifficultyEstimator, difficulty_statistics
 from lightning_episodes.weighting.loss import (
     LOSS_NORMALIZATIONS,
@@ -31,25 +33,28 @@ from lightning_episodes.weighting.loss import (
     weighted_loss,
 )
 from lightning_episodes.weighting.normalizers import (
-    NORMALIZATIONS,
+    NORMALIZER_OPTIONS,
+    ESSNormalizer,
     Normalizer,
     ParetoSmoothedNormalizer,
     RunningNormalizer,
+    SelfNormalizer,
     TruncatedNormalizer,
+    available_normalizers,
     make_normalizer,
     pareto_smooth,
+    register_normalizer,
     truncate_weights,
 )
 from lightning_episodes.weighting.proposals import (
-    PROPOSALS,
-    EmpiricalProposal,
+    PROPOSAL_OPTIONS,
     LogNormalProposal,
+    MomentProposal,
     NormalProposal,
     Proposal,
-    kde_bandwidth,
-    kde_log_density,
-    kde_quantiles,
+    available_proposals,
     make_proposal,
+    register_proposal,
 )
 from lightning_episodes.weighting.resampling import (
     inclusion_probabilities,
@@ -86,30 +91,35 @@ __all__ = [
     "DEFAULT_SUPPORT_SIGMAS",
     "LOSS_NORMALIZATIONS",
     "MISFIT_MARGIN",
-    "NORMALIZATIONS",
+    "NORMALIZER_OPTIONS",
     "OUT_OF_SUPPORT",
-    "PROPOSALS",
+    "PROPOSAL_OPTIONS",
     "SIGMA_FLOOR",
     "UPDATES",
     "BaselineTarget",
     "CurriculumTarget",
     "DifficultyEstimator",
     "EasyTarget",
+    "ESSNormalizer",
     "EmpiricalProposal",
     "EpisodeWeights",
     "HardTarget",
     "LogNormalProposal",
     "LossNormalization",
+    "MomentProposal",
     "NormalProposal",
     "Normalizer",
     "ParetoSmoothedNormalizer",
     "Proposal",
     "RunningNormalizer",
+    "SelfNormalizer",
     "Target",
     "TruncatedNormalizer",
     "UniformTarget",
     "WeightedLoss",
     "WeightingDiagnostics",
+    "available_normalizers",
+    "available_proposals",
     "available_targets",
     "better_proposal",
     "curriculum_progress",
@@ -132,6 +142,8 @@ __all__ = [
     "normality_p",
     "pareto_k",
     "pareto_smooth",
+    "register_normalizer",
+    "register_proposal",
     "register_target",
     "select_candidates",
     "selection_generator",

@@ -21,7 +21,7 @@ import torch
 from scipy import stats
 from torch import Tensor
 
-from lightning_episodes.weighting.proposals import PROPOSALS, kde_bandwidth, kde_log_density
+from lightning_episodes.weighting.proposals import PROPOSAL_REGISTRY
 
 __all__ = [
     "MISFIT_MARGIN",
@@ -133,32 +133,27 @@ def normality_p(values: Tensor | np.ndarray | list[float]) -> float:
 
 
 def heldout_log_likelihood(values: Tensor | np.ndarray | list[float]) -> dict[str, float]:
-    """Mean held-out log-likelihood per value of each proposal model (2-fold: even and odd positions).
+    """Mean held-out log-likelihood per value of each registered proposal model (2-fold: even and odd positions).
 
-    Each model is fitted on one half and scored on the other, both ways: normal (mean, variance), log-normal
-    (the same on log-values; ``-inf`` if a value is <= 0) and empirical (Gaussian KDE, Scott's bandwidth).
+    Each model is fitted on one half and scored on the other, both ways, by its own
+    :meth:`~lightning_episodes.weighting.Proposal.heldout_log_likelihood`: normal (mean, variance), log-normal
+    (the same on log-values; ``-inf`` if a value is <= 0), empirical (Gaussian KDE, Scott's bandwidth), and any
+    registered with :func:`~lightning_episodes.weighting.register_proposal`.
 
     Returns:
-        ``{"normal": ..., "lognormal": ..., "empirical": ...}`` (``nan`` for fewer than 8 values).
+        ``{"normal": ..., "lognormal": ..., "empirical": ..., <registered>: ...}`` (``nan`` for fewer than 8
+        values).
     """
     x = _numpy(values)
     if x.size < 8:
-        return dict.fromkeys(PROPOSALS, math.nan)
-    totals = dict.fromkeys(PROPOSALS, 0.0)
-    folds = (x[0::2], x[1::2])
-    for train, test in (folds, folds[::-1]):
-        scale = max(train.std(), 1e-6)
-        totals["normal"] += float(stats.norm.logpdf(test, train.mean(), scale).sum())
-        if np.all(x > 0):
-            log_train, log_test = np.log(train), np.log(test)
-            log_scale = max(log_train.std(), 1e-6)
-            totals["lognormal"] += float((stats.norm.logpdf(log_test, log_train.mean(), log_scale) - log_test).sum())
-        else:
-            totals["lognormal"] = -math.inf
-        data = torch.from_numpy(train)
-        density = kde_log_density(torch.from_numpy(test), data, kde_bandwidth(data))
-        totals["empirical"] += float(density.sum())
-    return {name: total / x.size for name, total in totals.items()}
+        return dict.fromkeys(PROPOSAL_REGISTRY, math.nan)
+    folds = (torch.from_numpy(x[0::2]), torch.from_numpy(x[1::2]))
+    scores = {}
+    for name in PROPOSAL_REGISTRY:
+        proposal = PROPOSAL_REGISTRY[name]
+        total = sum(proposal.heldout_log_likelihood(train, test) for train, test in (folds, folds[::-1]))
+        scores[name] = total / x.size
+    return scores
 
 
 def better_proposal(
@@ -170,7 +165,7 @@ def better_proposal(
         ``(name or None, the held-out log-likelihoods)``; ``None`` below :data:`MISFIT_MIN_VALUES` finite values.
     """
     if _numpy(values).size < MISFIT_MIN_VALUES:
-        return None, dict.fromkeys(PROPOSALS, math.nan)
+        return None, dict.fromkeys(PROPOSAL_REGISTRY, math.nan)
     scores = heldout_log_likelihood(values)
     finite = {name: score for name, score in scores.items() if math.isfinite(score)}
     if not finite or chosen not in finite:

@@ -12,13 +12,16 @@ the same result) to an :class:`~lightning_episodes.weighting.EpisodeWeights` for
 - ``running``: ``sum w L / D`` with ``D`` an exponential moving average of the global ``sum w``.
 
 :meth:`Normalizer.normalize` reads the state without changing it; :meth:`Normalizer.update` commits the step.
+:func:`register_normalizer` adds one under a name that configs can use.
 """
 
 from __future__ import annotations
 
+import inspect
 import math
-from collections.abc import Mapping
-from typing import Any, Final
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from typing import Any, Final, overload
 
 import numpy as np
 import torch
@@ -26,20 +29,25 @@ from torch import Tensor
 
 from lightning_episodes.weighting.diagnostics import gpd_fit, gpd_quantile, tail_size
 from lightning_episodes.weighting.loss import EpisodeWeights, stat_dtype
+from lightning_episodes.weighting.registry import Registry, subclass_of
 
 __all__ = [
-    "NORMALIZATIONS",
+    "NORMALIZER_OPTIONS",
+    "ESSNormalizer",
     "Normalizer",
     "ParetoSmoothedNormalizer",
     "RunningNormalizer",
+    "SelfNormalizer",
     "TruncatedNormalizer",
+    "available_normalizers",
     "make_normalizer",
     "pareto_smooth",
+    "register_normalizer",
     "truncate_weights",
 ]
 
-#: Accepted values of ``normalization``.
-NORMALIZATIONS: Final[tuple[str, ...]] = ("ess", "self", "truncated", "psis", "running")
+#: The options a normaliser may be built with (see :meth:`Normalizer.from_options`).
+NORMALIZER_OPTIONS: Final[tuple[str, ...]] = ("window", "running_decay")
 
 
 def truncate_weights(weights: Tensor) -> Tensor:
@@ -91,35 +99,62 @@ def pareto_smooth(weights: Tensor, reference: Tensor) -> tuple[Tensor, float]:
     return torch.from_numpy(w).to(device=weights.device, dtype=weights.dtype), k
 
 
-class Normalizer:
-    """``ess`` or ``self``: the weights unchanged, normalised by the global ESS or ``sum w``; no state.
+class Normalizer(ABC):
+    """Turns a step's global weights into the loss's weights and normalisation, with state across steps.
 
-    Args:
-        normalization: ``"ess"`` or ``"self"``.
+    Subclasses implement :meth:`normalize`; stateful ones also :meth:`update`, :meth:`state_dict` and
+    :meth:`load_state_dict`. Register a subclass with :func:`register_normalizer` to name it in YAML configs;
+    :meth:`from_options` builds it from the weighting callback's options.
     """
 
-    def __init__(self, normalization: str = "ess") -> None:
-        self.normalization = normalization
+    @classmethod
+    def from_options(cls, **options: Any) -> Normalizer:
+        """An instance built from the weighting callback's options, among :data:`NORMALIZER_OPTIONS`.
 
+        By default the class receives the options its ``__init__`` names; override this to build it otherwise.
+        """
+        parameters = inspect.signature(cls).parameters
+        return cls(**{name: value for name, value in options.items() if name in parameters})
+
+    @abstractmethod
     def normalize(self, weights: Tensor) -> EpisodeWeights:
         """The step's global weights, transformed, and how the loss divides by them (state unchanged)."""
-        return EpisodeWeights(weights, "ess" if self.normalization == "ess" else "self")
 
-    def update(self, weights: Tensor, warmup: bool = False) -> None:
+    def update(self, weights: Tensor, warmup: bool = False) -> None:  # noqa: B027 (stateless ones keep nothing)
         """Commits the step's raw global weights (CPU) into the state (``warmup``: they are the warm-up's 1s)."""
 
     def state_dict(self) -> dict[str, Any]:
+        """The state, as plain numbers and CPU tensors."""
         return {}
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        pass
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:  # noqa: B027 (stateless ones keep nothing)
+        """Restores :meth:`state_dict`'s output exactly."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+NORMALIZER_REGISTRY: Final[Registry[type[Normalizer]]] = Registry(
+    "normalization", subclass_of("normalization", Normalizer)
+)
+
+
+class ESSNormalizer(Normalizer):
+    """``ess``: ``sum w L / ESS``, the paper's (Algorithm 1, Eq. 3); no state."""
+
+    def normalize(self, weights: Tensor) -> EpisodeWeights:
+        return EpisodeWeights(weights, "ess")
+
+
+class SelfNormalizer(Normalizer):
+    """``self``: ``sum w L / sum w``, self-normalised importance sampling; no state."""
+
+    def normalize(self, weights: Tensor) -> EpisodeWeights:
+        return EpisodeWeights(weights, "self")
 
 
 class TruncatedNormalizer(Normalizer):
     """``truncated``: :func:`truncate_weights` over the global batch, then ``sum w L / sum w``."""
-
-    def __init__(self) -> None:
-        super().__init__("truncated")
 
     def normalize(self, weights: Tensor) -> EpisodeWeights:
         return EpisodeWeights(truncate_weights(weights), "self")
@@ -135,7 +170,6 @@ class ParetoSmoothedNormalizer(Normalizer):
     """
 
     def __init__(self, window: int = 1000) -> None:
-        super().__init__("psis")
         self.window = window
         self.recent = torch.zeros(0, dtype=torch.float64)
         self.last_k = math.nan
@@ -169,13 +203,17 @@ class RunningNormalizer(Normalizer):
     first step). Computed on the device: no sync.
 
     Args:
-        decay: the weight of the old average, in ``[0, 1)`` (default 0.99: about the last 100 steps).
+        decay: the weight of the old average, in ``[0, 1)`` (default 0.99: about the last 100 steps); the
+            callback's ``running_decay``.
     """
 
     def __init__(self, decay: float = 0.99) -> None:
-        super().__init__("running")
         self.decay = decay
         self.average: float | None = None
+
+    @classmethod
+    def from_options(cls, **options: Any) -> Normalizer:
+        return cls(options.get("running_decay", 0.99))
 
     def _next(self, total: Tensor) -> Tensor:
         return total if self.average is None else self.decay * self.average + (1.0 - self.decay) * total
@@ -194,18 +232,59 @@ class RunningNormalizer(Normalizer):
         self.average = None if state.get("average") is None else float(state["average"])
 
 
-def make_normalizer(normalization: str, window: int = 1000, running_decay: float = 0.99) -> Normalizer:
-    """Builds the normaliser named ``normalization`` (one of :data:`NORMALIZATIONS`).
+NORMALIZER_REGISTRY.builtin("ess", ESSNormalizer)
+NORMALIZER_REGISTRY.builtin("self", SelfNormalizer)
+NORMALIZER_REGISTRY.builtin("truncated", TruncatedNormalizer)
+NORMALIZER_REGISTRY.builtin("psis", ParetoSmoothedNormalizer)
+NORMALIZER_REGISTRY.builtin("running", RunningNormalizer)
+
+_NormalizerClass = type[Normalizer]
+
+
+@overload
+def register_normalizer(
+    name: str, normalizer: None = None, *, overwrite: bool = False
+) -> Callable[[_NormalizerClass], _NormalizerClass]: ...
+@overload
+def register_normalizer(name: str, normalizer: _NormalizerClass, *, overwrite: bool = False) -> _NormalizerClass: ...
+def register_normalizer(
+    name: str, normalizer: _NormalizerClass | None = None, *, overwrite: bool = False
+) -> _NormalizerClass | Callable[[_NormalizerClass], _NormalizerClass]:
+    """Registers a :class:`Normalizer` subclass under ``name``, so configs can write ``normalization: <name>``.
+
+    Use it as a call, or as a class decorator when ``normalizer`` is omitted; the weighting callback builds the
+    class with :meth:`Normalizer.from_options`.
+
+    Args:
+        name: the name configs use. Built-in names cannot be replaced.
+        normalizer: a :class:`Normalizer` subclass; ``None`` returns a decorator.
+        overwrite: allow replacing a custom normaliser already registered under ``name``.
+
+    Returns:
+        ``normalizer`` unchanged, or a class decorator.
+
+    Raises:
+        ValueError: if ``name`` is empty, built-in, or taken and ``overwrite`` is false.
+        TypeError: if ``normalizer`` is not a :class:`Normalizer` subclass.
+    """
+    if normalizer is None:
+        return lambda cls: NORMALIZER_REGISTRY.register(name, cls, overwrite)
+    return NORMALIZER_REGISTRY.register(name, normalizer, overwrite)
+
+
+def available_normalizers() -> tuple[str, ...]:
+    """The names :func:`make_normalizer` accepts: built-in normalisers first, then registered ones."""
+    return NORMALIZER_REGISTRY.names()
+
+
+def make_normalizer(normalization: str, **options: Any) -> Normalizer:
+    """Builds the normaliser named ``normalization`` (one of :func:`available_normalizers`).
+
+    Args:
+        normalization: the registered name.
+        **options: among :data:`NORMALIZER_OPTIONS`; each class takes those it uses.
 
     Raises:
         ValueError: if ``normalization`` is unknown.
     """
-    if normalization in ("ess", "self"):
-        return Normalizer(normalization)
-    if normalization == "truncated":
-        return TruncatedNormalizer()
-    if normalization == "psis":
-        return ParetoSmoothedNormalizer(window)
-    if normalization == "running":
-        return RunningNormalizer(running_decay)
-    raise ValueError(f"normalization must be one of {list(NORMALIZATIONS)}, got {normalization!r}")
+    return NORMALIZER_REGISTRY[normalization].from_options(**options)

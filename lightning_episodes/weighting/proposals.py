@@ -1,138 +1,57 @@
-"""Proposal models ``q`` of the difficulty of plainly sampled episodes: normal, log-normal, empirical (KDE).
+"""Proposal models ``q`` of the difficulty of plainly sampled episodes, and a registry to name them from configs.
 
 Each proposal owns its state (warm-up sums, moving averages or a window of recent difficulties), learns it
 online from each step's ordered global batch (:meth:`Proposal.update`) or once offline from a reference
 model's scores (:meth:`Proposal.fit`), and gives the importance weights of a target on its support
-``S = [low, high]``, the central interval of mass ``Phi(c) - Phi(-c)`` (``c = support_sigmas``). See
-``docs/method.md``, "Proposals". State is plain Python numbers and CPU tensors, restored exactly.
+``S = [low, high]``, the central interval of mass ``Phi(c) - Phi(-c)`` (``c = support_sigmas``). Built in:
+``normal`` (the paper's), ``lognormal`` (here) and ``empirical`` (a kernel density estimate, in
+:mod:`~lightning_episodes.weighting.empirical`); :func:`register_proposal` adds one. See ``docs/method.md``,
+"Proposals". State is plain Python numbers and CPU tensors, restored exactly.
 """
 
 from __future__ import annotations
 
+import inspect
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
-from typing import Any, ClassVar, Final
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar, Final, overload
 
-import numpy as np
 import torch
-from scipy import special
 from torch import Tensor
 
 from lightning_episodes.weighting.estimator import DifficultyEstimator, difficulty_statistics
+from lightning_episodes.weighting.registry import Registry, subclass_of
 from lightning_episodes.weighting.targets import Target
 from lightning_episodes.weighting.weights import (
     DEFAULT_SUPPORT_SIGMAS,
-    SIGMA_FLOOR,
     density_ratio_weights,
     importance_weights,
     support_interval,
 )
 
 __all__ = [
-    "PROPOSALS",
-    "EmpiricalProposal",
+    "PROPOSAL_OPTIONS",
     "LogNormalProposal",
+    "MomentProposal",
     "NormalProposal",
     "Proposal",
-    "kde_bandwidth",
-    "kde_log_density",
-    "kde_quantiles",
+    "available_proposals",
     "make_proposal",
+    "register_proposal",
 ]
 
-#: Accepted values of ``proposal``.
-PROPOSALS: Final[tuple[str, ...]] = ("normal", "lognormal", "empirical")
+#: The options a proposal may be built with (see :meth:`Proposal.from_options`).
+PROPOSAL_OPTIONS: Final[tuple[str, ...]] = ("support_sigmas", "decay", "warmup_steps", "update", "window")
 
 _LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
-_SQRT2 = math.sqrt(2.0)
-_SQRT_2PI = math.sqrt(2.0 * math.pi)
-_MAX_STEPS = 200  # of kde_quantiles: bisection alone reaches float64 resolution of any bracket in fewer
 
 
-def _cpu64(values: Tensor | list[float]) -> Tensor:
+def cpu64(values: Tensor | list[float]) -> Tensor:
+    """``values`` as a flat float64 CPU tensor (detached)."""
     if isinstance(values, Tensor):
         return values.detach().to(device="cpu", dtype=torch.float64).flatten()
     return torch.tensor(values, dtype=torch.float64)
-
-
-def kde_bandwidth(data: Tensor) -> float:
-    """Scott's rule, as ``scipy.stats.gaussian_kde``: ``h = std(data, ddof=1) * n^(-1/5)`` (floored).
-
-    Args:
-        data: the window, a 1-d float tensor with at least 2 values.
-
-    Returns:
-        The Gaussian kernel's standard deviation, at least :data:`SIGMA_FLOOR`.
-    """
-    n = data.numel()
-    return max(float(data.std(correction=1)) * n ** (-0.2), SIGMA_FLOOR)
-
-
-def kde_log_density(x: Tensor, data: Tensor, bandwidth: float) -> Tensor:
-    """``log q(x)`` of the Gaussian kernel density estimate ``q(x) = mean_i phi((x - x_i) / h) / h``.
-
-    Args:
-        x: where to evaluate, any shape (float64 recommended).
-        data: the kernel centres, 1-d, moved to ``x``'s device.
-        bandwidth: ``h``, the kernels' standard deviation.
-
-    Returns:
-        ``log q`` of ``x``'s shape (log-sum-exp: no underflow far from the data).
-    """
-    # non-blocking: the window (on the CPU) reaches a GPU without a synchronisation inside the training step
-    centres = data.to(device=x.device, dtype=x.dtype, non_blocking=True)
-    u = (x.reshape(-1, 1) - centres.reshape(1, -1)) / bandwidth
-    log_q = torch.logsumexp(-0.5 * u * u, dim=1) - math.log(centres.numel() * bandwidth) - _LOG_SQRT_2PI
-    return log_q.reshape(x.shape)
-
-
-def kde_quantiles(data: Tensor, bandwidth: float, probabilities: list[float]) -> list[float]:
-    """Quantiles of the kernel density estimate: the roots of ``F(x) = mean_i Phi((x - x_i) / h) = p``.
-
-    Newton's method on all levels at once (``F' = q``, the estimate's density), started at the sample's quantiles
-    and kept inside a bracket ``[low, high]`` with ``F(low) < p <= F(high)`` that every step narrows: a step that
-    would leave it is a bisection instead, so it converges for any data (typically in 4-6 steps, against the 60-80
-    of plain bisection). It stops after the step that moved no level by more than ``1e-10 h`` (or 64 units in
-    the last place of ``x``: the next step would be below float64's noise), or after :data:`_MAX_STEPS` steps
-    (on the CPU, where the window lives: no device is read).
-
-    Args:
-        data: the kernel centres (1-d).
-        bandwidth: ``h``.
-        probabilities: the levels, each in ``(0, 1)``.
-
-    Returns:
-        One quantile per level, as Python floats.
-    """
-    centres = _cpu64(data).numpy()
-    levels = [float(p) for p in probabilities]
-    # the few levels' bookkeeping in Python floats (the same IEEE arithmetic as NumPy's, without its per-call cost);
-    # only the [levels x window] evaluations are arrays
-    low = [float(centres.min() - 40.0 * bandwidth)] * len(levels)
-    high = [float(centres.max() + 40.0 * bandwidth)] * len(levels)
-    x = np.quantile(centres, levels).tolist()
-    scale = bandwidth * _SQRT_2PI
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        for _ in range(_MAX_STEPS):
-            z = (np.asarray(x)[:, None] - centres[None, :]) / bandwidth
-            cdf = special.ndtr(z).mean(axis=1).tolist()
-            density = (np.exp(-0.5 * z * z).mean(axis=1) / scale).tolist()
-            done = True
-            for i, level in enumerate(levels):
-                if cdf[i] < level:
-                    low[i] = x[i]
-                else:
-                    high[i] = x[i]
-                newton = x[i] - (cdf[i] - level) / density[i] if density[i] != 0.0 else math.nan
-                step = newton if math.isfinite(newton) and low[i] <= newton <= high[i] else 0.5 * (low[i] + high[i])
-                # Newton's step shrinks the error quadratically: after one of 1e-10 h it is at float64's noise
-                ulp = math.ulp(abs(x[i])) if math.isfinite(x[i]) else math.nan
-                done = done and abs(step - x[i]) <= 1e-10 * bandwidth + 64.0 * ulp
-                x[i] = step
-            if done:
-                break
-    return x
 
 
 class Proposal(ABC):
@@ -140,13 +59,16 @@ class Proposal(ABC):
 
     Subclasses implement :meth:`update` (online: absorb one step's ordered global batch), :meth:`fit`
     (offline: fix ``q`` from a sample), :meth:`log_density` (untruncated ``log q``), :meth:`support`,
-    :attr:`location`/:attr:`scale` (logged as ``weighting/mu``, ``weighting/sigma``) and the state.
+    :attr:`location`/:attr:`scale` (logged as ``weighting/mu``, ``weighting/sigma``) and the state. Register a
+    subclass with :func:`register_proposal` to name it in YAML configs; :meth:`from_options` builds it from the
+    weighting callback's options and :meth:`heldout_log_likelihood` scores its fit (the misfit warning).
 
     Args:
         support_sigmas: ``c``: the support holds the central mass ``Phi(c) - Phi(-c)`` of ``q``.
     """
 
-    name: ClassVar[str]
+    #: ``True`` where ``q`` models log-difficulty: the diagnostics then also log the log-difficulties' shape.
+    log_difficulty: ClassVar[bool] = False
 
     def __init__(self, support_sigmas: float = DEFAULT_SUPPORT_SIGMAS) -> None:
         self.support_sigmas = float(support_sigmas)
@@ -200,6 +122,34 @@ class Proposal(ABC):
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restores :meth:`state_dict`'s output exactly."""
 
+    @classmethod
+    def from_options(cls, **options: Any) -> Proposal:
+        """An instance built from the weighting callback's options, among :data:`PROPOSAL_OPTIONS`.
+
+        By default the class receives the options its ``__init__`` names (every one if it takes ``**kwargs``);
+        override this to build it otherwise.
+        """
+        parameters = inspect.signature(cls).parameters
+        if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+            return cls(**options)
+        return cls(**{name: value for name, value in options.items() if name in parameters})
+
+    @classmethod
+    def heldout_log_likelihood(cls, train: Tensor, test: Tensor) -> float:
+        """``sum log q(test)`` of a fresh instance fitted (:meth:`fit`) to ``train``.
+
+        ``-inf`` when the fit left values of ``train`` out (e.g. non-positive ones for the log-normal): ``q`` has
+        no mass where the data has some. :func:`~lightning_episodes.weighting.heldout_log_likelihood` averages it
+        over two folds for every registered proposal.
+
+        Args:
+            train: finite float64 values to fit.
+            test: finite float64 values to score.
+        """
+        q = cls.from_options(window=max(train.numel(), 10))
+        q.fit(train)
+        return -math.inf if q.nonfinite else float(q.log_density(test).sum())
+
     def weights(
         self, difficulties: Tensor, target: Target, out_of_support: str = "zero", progress: float | None = None
     ) -> Tensor:
@@ -220,10 +170,16 @@ class Proposal(ABC):
         )
 
 
-class NormalProposal(Proposal):
-    """``q = N(mu, sigma^2)``, the paper's: :class:`DifficultyEstimator` online, mean and variance offline.
+PROPOSAL_REGISTRY: Final[Registry[type[Proposal]]] = Registry("proposal", subclass_of("proposal", Proposal))
 
-    Its weights are exactly :func:`importance_weights` (``S = [mu - c sigma, mu + c sigma]``).
+
+class MomentProposal(Proposal):
+    """A proposal fitted by the mean and variance of (a transform of) the difficulties: :class:`DifficultyEstimator`
+    online (the paper's warm-up and moving averages), the sample's mean and variance (ddof 0) offline.
+
+    Subclasses give :meth:`log_density` and :meth:`support` from :attr:`location` and :attr:`scale` (and may
+    override ``_transform``, the map of the difficulties whose moments are estimated); the state is the
+    estimator's.
 
     Args:
         support_sigmas: ``c`` (default 2.58).
@@ -231,8 +187,6 @@ class NormalProposal(Proposal):
         warmup_steps: steps of plain sampling before ``q`` is used.
         update: ``"episode"`` or ``"batch"``.
     """
-
-    name = "normal"
 
     def __init__(
         self, support_sigmas: float = DEFAULT_SUPPORT_SIGMAS, decay: float = 0.9, warmup_steps: int = 100,
@@ -265,15 +219,28 @@ class NormalProposal(Proposal):
         return self.estimator.sigma
 
     def update(self, difficulties: Tensor) -> None:
-        self.estimator.update(self._transform(_cpu64(difficulties)))
+        self.estimator.update(self._transform(cpu64(difficulties)))
 
     def fit(self, difficulties: Tensor) -> None:
-        values = self._transform(_cpu64(difficulties))
+        values = self._transform(cpu64(difficulties))
         finite = values[torch.isfinite(values)]
         mu, variance = difficulty_statistics(finite)
         self.estimator.load_state_dict(
             {"ready": True, "mu": mu, "variance": variance, "nonfinite": values.numel() - finite.numel()}
         )
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.estimator.state_dict()
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.estimator.load_state_dict(state)
+
+
+class NormalProposal(MomentProposal):
+    """``q = N(mu, sigma^2)``, the paper's: :class:`DifficultyEstimator` online, mean and variance offline.
+
+    Its weights are exactly :func:`importance_weights` (``S = [mu - c sigma, mu + c sigma]``).
+    """
 
     def log_density(self, x: Tensor) -> Tensor:
         z = (x - self.location) / self.scale
@@ -289,21 +256,16 @@ class NormalProposal(Proposal):
             difficulties, self.location, self.scale, target, self.support_sigmas, out_of_support, progress
         )
 
-    def state_dict(self) -> dict[str, Any]:
-        return self.estimator.state_dict()
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self.estimator.load_state_dict(state)
-
-
-class LogNormalProposal(NormalProposal):
+class LogNormalProposal(MomentProposal):
     """``log(difficulty) ~ N(m, s^2)``: the normal's estimator on log-difficulty, ``S = [e^(m - c s), e^(m + c s)]``.
 
     A non-positive difficulty has no log: like a non-finite one it gets weight 0, stays out of the
-    estimate and is counted in :attr:`nonfinite`. The target lives on ``S`` in difficulty units.
+    estimate and is counted in :attr:`nonfinite` (``log q = -inf`` there). The target lives on ``S`` in difficulty
+    units.
     """
 
-    name = "lognormal"
+    log_difficulty = True
 
     def _transform(self, difficulties: Tensor) -> Tensor:
         return torch.where(difficulties > 0, difficulties, math.nan).log()
@@ -311,7 +273,8 @@ class LogNormalProposal(NormalProposal):
     def log_density(self, x: Tensor) -> Tensor:
         log_x = self._transform(x)
         z = (log_x - self.location) / self.scale
-        return -0.5 * z * z - _LOG_SQRT_2PI - math.log(self.scale) - log_x
+        log_q = -0.5 * z * z - _LOG_SQRT_2PI - math.log(self.scale) - log_x
+        return torch.where(x > 0, log_q, -math.inf)
 
     def support(self) -> tuple[float, float]:
         low, high = support_interval(self.location, self.scale, self.support_sigmas)
@@ -321,137 +284,60 @@ class LogNormalProposal(NormalProposal):
         self, difficulties: Tensor, target: Target, out_of_support: str = "zero", progress: float | None = None
     ) -> Tensor:
         positive = torch.where(difficulties > 0, difficulties, math.nan)
-        return Proposal.weights(self, positive, target, out_of_support, progress)
+        return super().weights(positive, target, out_of_support, progress)
 
 
-class EmpiricalProposal(Proposal):
-    """A Gaussian kernel density estimate over the last ``window`` finite difficulties (Scott's bandwidth).
+PROPOSAL_REGISTRY.builtin("normal", NormalProposal)
+PROPOSAL_REGISTRY.builtin("lognormal", LogNormalProposal)
 
-    Online, the window fills during the warm-up (``warmup_steps`` steps, at least 2 values) and then slides:
-    each step is weighted with the window as it stands, then appended (the oldest values drop out).
-    Offline, the window is the last ``window`` of the reference's scores. The support is the central interval
-    of the estimate (its quantiles ``Phi(-c)`` and ``Phi(c)``, by bisection); bandwidth and support are
-    recomputed when the window changes. ``q`` equals ``scipy.stats.gaussian_kde(window)``.
+_ProposalClass = type[Proposal]
+
+
+@overload
+def register_proposal(
+    name: str, proposal: None = None, *, overwrite: bool = False
+) -> Callable[[_ProposalClass], _ProposalClass]: ...
+@overload
+def register_proposal(name: str, proposal: _ProposalClass, *, overwrite: bool = False) -> _ProposalClass: ...
+def register_proposal(
+    name: str, proposal: _ProposalClass | None = None, *, overwrite: bool = False
+) -> _ProposalClass | Callable[[_ProposalClass], _ProposalClass]:
+    """Registers a :class:`Proposal` subclass under ``name``, so configs can write ``proposal: <name>``.
+
+    Use it as a call, or as a class decorator when ``proposal`` is omitted. The weighting callback builds the
+    class with :meth:`Proposal.from_options` and the misfit warning scores it with
+    :meth:`Proposal.heldout_log_likelihood`.
 
     Args:
-        support_sigmas: ``c`` (default 2.58: the central 99%).
-        window: number of recent difficulties kept (>= 2).
-        warmup_steps: steps of plain sampling before ``q`` is used.
+        name: the name configs use. Built-in names cannot be replaced.
+        proposal: a :class:`Proposal` subclass; ``None`` returns a decorator.
+        overwrite: allow replacing a custom proposal already registered under ``name``.
+
+    Returns:
+        ``proposal`` unchanged, or a class decorator.
+
+    Raises:
+        ValueError: if ``name`` is empty, built-in, or taken and ``overwrite`` is false.
+        TypeError: if ``proposal`` is not a :class:`Proposal` subclass.
     """
-
-    name = "empirical"
-
-    def __init__(self, support_sigmas: float = DEFAULT_SUPPORT_SIGMAS, window: int = 1000, warmup_steps: int = 100):
-        super().__init__(support_sigmas)
-        self.window, self.warmup_steps = window, warmup_steps
-        self._data = torch.zeros(0, dtype=torch.float64)
-        self._steps = self._nonfinite = 0
-        self._ready = False
-        self._refresh()
-
-    def _summarise(self) -> None:
-        # the window's mean and std, read by every step's weights: computed once per change of the window
-        n = self._data.numel()
-        self._location = float(self._data.mean()) if n else 0.0
-        self._scale = max(float(self._data.std(correction=0)), SIGMA_FLOOR) if n else SIGMA_FLOOR
-
-    def _refresh(self) -> None:
-        self._summarise()
-        self._bandwidth = kde_bandwidth(self._data) if self._data.numel() >= 2 else SIGMA_FLOOR
-        self._support = (0.0, 1.0)
-        if self._data.numel() >= 2:
-            mass = math.erf(self.support_sigmas / _SQRT2)
-            low, high = kde_quantiles(self._data, self._bandwidth, [0.5 - 0.5 * mass, 0.5 + 0.5 * mass])
-            self._support = (low, max(high, low + SIGMA_FLOOR))
-
-    def _absorb(self, difficulties: Tensor) -> None:
-        values = _cpu64(difficulties)
-        finite = values[torch.isfinite(values)]
-        self._nonfinite += values.numel() - finite.numel()
-        self._data = torch.cat([self._data, finite])[-self.window :]
-
-    @property
-    def data(self) -> Tensor:
-        """The window (float64, CPU, oldest first)."""
-        return self._data
-
-    @property
-    def bandwidth(self) -> float:
-        return self._bandwidth
-
-    @property
-    def ready(self) -> bool:
-        return self._ready
-
-    @property
-    def steps(self) -> int:
-        return self._steps
-
-    @property
-    def nonfinite(self) -> int:
-        return self._nonfinite
-
-    @property
-    def location(self) -> float:
-        return self._location
-
-    @property
-    def scale(self) -> float:
-        return self._scale
-
-    def update(self, difficulties: Tensor) -> None:
-        self._steps += 1
-        self._absorb(difficulties)
-        self._ready = self._ready or (self._steps >= self.warmup_steps and self._data.numel() >= 2)
-        self._refresh()
-
-    def fit(self, difficulties: Tensor) -> None:
-        self._data = torch.zeros(0, dtype=torch.float64)
-        self._absorb(difficulties)
-        if self._data.numel() < 2:
-            raise ValueError("the empirical proposal needs at least 2 finite difficulties")
-        self._ready = True
-        self._refresh()
-
-    def log_density(self, x: Tensor) -> Tensor:
-        return kde_log_density(x, self._data, self._bandwidth)
-
-    def support(self) -> tuple[float, float]:
-        return self._support
-
-    def state_dict(self) -> dict[str, Any]:
-        return {
-            "steps": int(self._steps),
-            "ready": bool(self._ready),
-            "nonfinite": int(self._nonfinite),
-            "window": self._data.clone(),
-        }
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self._steps = int(state.get("steps", 0))
-        self._ready = bool(state.get("ready", False))
-        self._nonfinite = int(state.get("nonfinite", 0))
-        self._data = _cpu64(state.get("window", torch.zeros(0)))[-self.window :]
-        self._refresh()
+    if proposal is None:
+        return lambda cls: PROPOSAL_REGISTRY.register(name, cls, overwrite)
+    return PROPOSAL_REGISTRY.register(name, proposal, overwrite)
 
 
-def make_proposal(
-    proposal: str,
-    support_sigmas: float = DEFAULT_SUPPORT_SIGMAS,
-    decay: float = 0.9,
-    warmup_steps: int = 100,
-    update: str = "episode",
-    window: int = 1000,
-) -> Proposal:
-    """Builds the proposal named ``proposal`` (one of :data:`PROPOSALS`) with its options.
+def available_proposals() -> tuple[str, ...]:
+    """The names :func:`make_proposal` accepts: built-in proposals first, then registered ones."""
+    return PROPOSAL_REGISTRY.names()
+
+
+def make_proposal(proposal: str, **options: Any) -> Proposal:
+    """Builds the proposal named ``proposal`` (one of :func:`available_proposals`) with its options.
+
+    Args:
+        proposal: the registered name.
+        **options: among :data:`PROPOSAL_OPTIONS`; each class takes those it uses (:meth:`Proposal.from_options`).
 
     Raises:
         ValueError: if ``proposal`` is unknown.
     """
-    if proposal == "normal":
-        return NormalProposal(support_sigmas, decay, warmup_steps, update)
-    if proposal == "lognormal":
-        return LogNormalProposal(support_sigmas, decay, warmup_steps, update)
-    if proposal == "empirical":
-        return EmpiricalProposal(support_sigmas, window, warmup_steps)
-    raise ValueError(f"proposal must be one of {list(PROPOSALS)}, got {proposal!r}")
+    return PROPOSAL_REGISTRY[proposal].from_options(**options)

@@ -17,11 +17,13 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from typing import ClassVar, overload
+from typing import Any, ClassVar, Final, overload
 
 import numpy as np
 import torch
 from torch import Tensor
+
+from lightning_episodes.weighting.registry import Registry
 
 __all__ = [
     "BaselineTarget",
@@ -196,14 +198,20 @@ class CurriculumTarget(Target):
         return 0.5 * (math.erf((support_sigmas - center) / _SQRT2) - math.erf((-support_sigmas - center) / _SQRT2))
 
 
-_REGISTRY: dict[str, Target] = {
-    "baseline": BaselineTarget(),
-    "uniform": UniformTarget(),
-    "easy": EasyTarget(),
-    "hard": HardTarget(),
-    "curriculum": CurriculumTarget(),
-}
-_BUILTIN = frozenset(_REGISTRY)
+def _instance(value: Any) -> Target:
+    if isinstance(value, type) and issubclass(value, Target):
+        return value()
+    if isinstance(value, Target):
+        return value
+    raise TypeError(f"target must be a Target instance or subclass, got {value!r}")
+
+
+_REGISTRY: Final[Registry[Target]] = Registry("target", _instance)
+_REGISTRY.builtin("baseline", BaselineTarget())
+_REGISTRY.builtin("uniform", UniformTarget())
+_REGISTRY.builtin("easy", EasyTarget())
+_REGISTRY.builtin("hard", HardTarget())
+_REGISTRY.builtin("curriculum", CurriculumTarget())
 
 _TargetLike = Target | type[Target]
 
@@ -243,20 +251,9 @@ def register_target(
         >>> get_target("linear_hard")
         LinearHard()
     """
-    if not isinstance(name, str) or not name:
-        raise ValueError(f"name must be a non-empty string, got {name!r}")
-    if name in _BUILTIN:
-        raise ValueError(f"name {name!r} is a built-in target and cannot be replaced")
-    if name in _REGISTRY and not overwrite:
-        raise ValueError(f"name {name!r} is already registered; pass overwrite=True to replace it")
 
     def _register(value: _TargetLike) -> _TargetLike:
-        if isinstance(value, type) and issubclass(value, Target):
-            _REGISTRY[name] = value()
-        elif isinstance(value, Target):
-            _REGISTRY[name] = value
-        else:
-            raise TypeError(f"target must be a Target instance or subclass, got {value!r}")
+        _REGISTRY.register(name, value, overwrite)
         return value
 
     if target is None:
@@ -271,7 +268,7 @@ def register_target(
 
 def available_targets() -> tuple[str, ...]:
     """The names :func:`get_target` accepts: built-in targets first, then registered ones."""
-    return tuple(_REGISTRY)
+    return _REGISTRY.names()
 
 
 def get_target(target: str | Target) -> Target:
@@ -290,4 +287,4 @@ def get_target(target: str | Target) -> Target:
         return target
     if isinstance(target, str) and target in _REGISTRY:
         return _REGISTRY[target]
-    raise ValueError(f"target must be one of {list(_REGISTRY)} or a Target instance, got {target!r}")
+    raise ValueError(f"target must be one of {list(_REGISTRY.names())} or a Target instance, got {target!r}")

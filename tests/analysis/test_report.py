@@ -286,7 +286,7 @@ def test_runs_as_a_module(runs: Path, monkeypatch: pytest.MonkeyPatch, capsys: p
 # -- arms that differ only in the callback's options --------------------------------------------------------------
 def test_records_that_differ_only_in_an_option_are_different_rows(tmp_path: Path) -> None:
     """The issue's case: ``uniform`` with ``out_of_support: clamp`` beside ``zero`` (and the placebo) stay apart."""
-    clamp = DifficultyWeightingCallback(target="uniform", out_of_support="clamp").options
+    clamp = dict(DifficultyWeightingCallback(target="uniform", out_of_support="clamp").options)
     for seed in (0, 1):
         write_run(
             tmp_path / f"zero/seed{seed}", 0.50 + seed / 100, 0.01, seed=seed, sampling=sampling(target="uniform")

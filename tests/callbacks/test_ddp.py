@@ -14,6 +14,7 @@ import torch
 
 from lightning_episodes import ProtoNet
 from lightning_episodes.callbacks import DifficultyWeightingCallback
+from lightning_episodes.weighting import available_normalizers, available_proposals
 from tests.helpers import tiny_datamodule, tiny_trainer
 
 WARMUP, STEPS = 2, 4
@@ -87,16 +88,20 @@ def _same_state(a: object, b: object) -> bool:
     return a == b
 
 
-# every proposal and every normaliser at least once, the placebo, and the offline estimate; psis gets 8 episodes a
-# step and 6 steps so that its window (>= 21 weights) is fitted and smooths during the run
-CASES = {
-    "online": {},
-    "offline": {"estimate": "offline"},
-    "lognormal-running": {"proposal": "lognormal", "normalization": "running"},
-    "empirical-psis-placebo": {"proposal": "empirical", "normalization": "psis", "shuffle_weights": True},
-    "lognormal-truncated": {"proposal": "lognormal", "normalization": "truncated"},
-    "empirical-self": {"proposal": "empirical", "normalization": "self"},
-}
+def _registry_cases() -> dict[str, dict[str, Any]]:
+    """Every registered proposal and normaliser at least once (``online`` covers ``normal`` and ``ess``), the
+    proposals in turn; the first case also shuffles (the placebo)."""
+    proposals, normalizations = available_proposals(), [n for n in available_normalizers() if n != "ess"]
+    cases: dict[str, dict[str, Any]] = {}
+    for i in range(max(len(proposals) - 1, len(normalizations))):
+        proposal, normalization = proposals[(i + 1) % len(proposals)], normalizations[i % len(normalizations)]
+        cases[f"{proposal}-{normalization}"] = {"proposal": proposal, "normalization": normalization}
+    cases[next(iter(cases))]["shuffle_weights"] = True
+    return cases
+
+
+# psis gets 8 episodes a step and 6 steps so that its window (>= 21 weights) is fitted and smooths during the run
+CASES = {"online": {}, "offline": {"estimate": "offline"}, **_registry_cases()}
 
 
 @pytest.mark.slow

@@ -103,10 +103,10 @@ def test_sampling_configs_compose_with_any_base(base: tuple[Path, list[str]], sc
     weighting = [c for c in cli.trainer.callbacks if isinstance(c, DifficultyWeightingCallback)]
     assert len(weighting) == 1
     target, estimate = scheme.split("_")
-    assert (weighting[0].target_name, weighting[0].estimate, weighting[0].proposal) == (target, estimate, "normal")
+    assert tuple(weighting[0].options[k] for k in ("target", "estimate", "proposal")) == (target, estimate, "normal")
     assert any(isinstance(c, ModelCheckpoint) for c in cli.trainer.callbacks)  # not lost by the list replacement
     if estimate == "offline":
-        assert weighting[0].reference_checkpoint == "x.ckpt"
+        assert weighting[0].options.reference_checkpoint == "x.ckpt"
 
 
 @pytest.mark.slow
@@ -152,7 +152,11 @@ def test_the_placebo_config_trains_with_permuted_uniform_weights(base: tuple[Pat
     extra = [f"--trainer.callbacks.warmup_steps={WARMUP}"]
     cli = main(["fit", *_args(base, "uniform_online_placebo", *extra)])
     weighting = next(c for c in cli.trainer.callbacks if isinstance(c, DifficultyWeightingCallback))
-    assert (weighting.target_name, weighting.estimate, weighting.shuffle_weights) == ("uniform", "online", True)
+    assert (weighting.options.target, weighting.options.estimate, weighting.options.shuffle_weights) == (
+        "uniform",
+        "online",
+        True,
+    )
     step = weighting.last_step
     assert step is not None
     assert step.raw_weights is not None
@@ -174,7 +178,12 @@ def test_the_resample_configs_train_on_chosen_episodes_with_weight_one(
     extra = [f"--trainer.callbacks.warmup_steps={WARMUP}", "--trainer.callbacks.pool=3"]
     cli = main(["fit", *_args(base, scheme, *extra)])
     weighting = next(c for c in cli.trainer.callbacks if isinstance(c, DifficultyWeightingCallback))
-    assert (weighting.mode, weighting.pool, weighting.shuffle_weights) == ("resample", 3, scheme.endswith("placebo"))
+    options = weighting.options
+    assert (options.mode, options.pool, options.shuffle_weights) == (
+        "resample",
+        3,
+        scheme.endswith("placebo"),
+    )
     logged = _logged(cli.trainer.log_dir)
     assert len(logged) == STEPS
     assert all(row["ess_over_batch"] == 1.0 for row in logged)  # every trained episode has weight 1

@@ -23,7 +23,14 @@ from lightning_episodes import ProtoNet
 from lightning_episodes.algorithms.base import EpisodeOutput
 from lightning_episodes.callbacks import DifficultyWeightingCallback
 from lightning_episodes.data import Episode
-from lightning_episodes.weighting import DifficultyEstimator, importance_weights, truncate_weights, weighted_loss
+from lightning_episodes.weighting import (
+    DifficultyEstimator,
+    available_normalizers,
+    available_proposals,
+    importance_weights,
+    truncate_weights,
+    weighted_loss,
+)
 from tests.callbacks.test_difficulty_weighting import GradientRecorder, RiggedProtoNet, _fit
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -57,8 +64,8 @@ def test_the_default_path_is_todays_estimator_bit_for_bit() -> None:
     assert callback.proposal_model.state_dict() == estimator.state_dict()
 
 
-@pytest.mark.parametrize("proposal", ["normal", "lognormal", "empirical"])
-@pytest.mark.parametrize("normalization", ["ess", "self", "truncated", "psis", "running"])
+@pytest.mark.parametrize("proposal", available_proposals())
+@pytest.mark.parametrize("normalization", available_normalizers())
 def test_each_normaliser_gives_the_loss_of_its_formula(proposal: str, normalization: str) -> None:
     outputs = OutputRecorder()
     callback = DifficultyWeightingCallback(

@@ -76,7 +76,7 @@ def test_the_default_checkpoint_comes_first_unless_a_checkpoint_is_listed() -> N
     checkpoint, weighting = _callbacks(*DATA_MODEL, *UNIFORM, "--trainer.callbacks.warmup_steps=7")
     assert isinstance(checkpoint, ResumableCheckpoint)
     assert isinstance(weighting, DifficultyWeightingCallback)
-    assert weighting.warmup_steps == 7  # `--trainer.callbacks.<argument>` still sets the weighting callback
+    assert weighting.options.warmup_steps == 7  # `--trainer.callbacks.<argument>` still sets the weighting callback
     # the quickstart's own checkpoint (with a dirpath) stays; a sampling config after it replaces it by the default
     (own,) = _callbacks(*QUICKSTART)
     assert isinstance(own, ResumableCheckpoint)

@@ -20,6 +20,7 @@ from lightning_episodes.weighting import (
     LogNormalProposal,
     NormalProposal,
     Target,
+    available_proposals,
     density_ratio_weights,
     get_target,
     importance_weights,
@@ -211,7 +212,7 @@ def _fresh(q: NormalProposal | EmpiricalProposal, law: str, n: int, seed: int) -
     return _sample(law, n, seed)
 
 
-@pytest.mark.parametrize("proposal", ["normal", "lognormal", "empirical"])
+@pytest.mark.parametrize("proposal", available_proposals())
 @pytest.mark.parametrize("seed", [0, 1])
 def test_uniform_weights_make_the_difficulties_uniform_over_the_support(proposal: str, seed: int) -> None:
     # fitted to a large sample: the fit's own sampling error is then far below what the test can see
@@ -253,7 +254,7 @@ def test_the_normal_proposal_does_not_make_skewed_difficulties_uniform() -> None
     assert _weighted_chi_square(x.numpy(), q.weights(x, get_target("uniform")).numpy(), max(low, 0.0), high, 10) < 1e-6
 
 
-@pytest.mark.parametrize("proposal", ["normal", "lognormal", "empirical"])
+@pytest.mark.parametrize("proposal", available_proposals())
 @pytest.mark.parametrize("target", ["easy", "hard"])
 def test_easy_and_hard_put_all_mass_on_their_half(proposal: str, target: str) -> None:
     q = _fitted(proposal, n=4000 if proposal == "empirical" else 200_000)
@@ -287,7 +288,7 @@ class Triangular(Target):
         return z + support_sigmas
 
 
-@pytest.mark.parametrize("proposal", ["normal", "lognormal", "empirical"])
+@pytest.mark.parametrize("proposal", available_proposals())
 def test_a_custom_target_works_with_every_proposal(proposal: str) -> None:
     q = _fitted(proposal)
     x = _sample(proposal, 40000, 9)

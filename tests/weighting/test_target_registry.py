@@ -27,7 +27,7 @@ from lightning_episodes.weighting import (
 @pytest.fixture(autouse=True)
 def _private_registry(monkeypatch: pytest.MonkeyPatch) -> None:
     """Each test registers into a copy of the registry, so tests stay independent."""
-    monkeypatch.setattr(targets, "_REGISTRY", dict(targets._REGISTRY))
+    monkeypatch.setattr(targets._REGISTRY, "_entries", dict(targets._REGISTRY._entries))
 
 
 class Triangular(Target):

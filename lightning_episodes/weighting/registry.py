@@ -1,0 +1,77 @@
+"""A registry of named entries, so that configs can name a target, a proposal or a normaliser by a string.
+
+:func:`~lightning_episodes.weighting.register_target`, :func:`~lightning_episodes.weighting.register_proposal` and
+:func:`~lightning_episodes.weighting.register_normalizer` are built on :class:`Registry`: built-in names come first
+and cannot be replaced, registered ones follow in registration order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any, Generic, TypeVar
+
+__all__ = ["Registry", "subclass_of"]
+
+V = TypeVar("V")
+
+
+def subclass_of(kind: str, base: type) -> Callable[[Any], Any]:
+    """A ``convert`` for :class:`Registry` that accepts subclasses of ``base`` only."""
+
+    def convert(value: Any) -> Any:
+        if isinstance(value, type) and issubclass(value, base):
+            return value
+        raise TypeError(f"{kind} must be a {base.__name__} subclass, got {value!r}")
+
+    return convert
+
+
+class Registry(Generic[V]):
+    """Entries by name.
+
+    Args:
+        kind: the option that names an entry (``"proposal"``, ``"normalization"``), used in error messages.
+        convert: turns what is registered into the stored entry, raising ``TypeError`` for what it does not accept.
+    """
+
+    def __init__(self, kind: str, convert: Callable[[Any], V]) -> None:
+        self.kind, self.convert = kind, convert
+        self._entries: dict[str, V] = {}
+        self._builtin: set[str] = set()
+
+    def builtin(self, name: str, value: V) -> V:
+        """Registers a built-in entry (which users cannot replace)."""
+        self._entries[name] = value
+        self._builtin.add(name)
+        return value
+
+    def register(self, name: str, value: Any, overwrite: bool = False) -> V:
+        """Registers ``convert(value)`` under ``name`` and returns it.
+
+        Raises:
+            ValueError: if ``name`` is empty, built-in, or taken and ``overwrite`` is false.
+            TypeError: if ``convert`` refuses ``value``.
+        """
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"name must be a non-empty string, got {name!r}")
+        if name in self._builtin:
+            raise ValueError(f"name {name!r} is a built-in {self.kind} and cannot be replaced")
+        if name in self._entries and not overwrite:
+            raise ValueError(f"name {name!r} is already registered; pass overwrite=True to replace it")
+        self._entries[name] = entry = self.convert(value)
+        return entry
+
+    def names(self) -> tuple[str, ...]:
+        """The names, built-in ones first."""
+        return tuple(self._entries)
+
+    def __getitem__(self, name: str) -> V:
+        if isinstance(name, str) and name in self._entries:
+            return self._entries[name]
+        raise ValueError(f"{self.kind} must be one of {list(self._entries)}, got {name!r}")
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._entries
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._entries)

@@ -1,0 +1,90 @@
+"""The weighting callback's options (one frozen ``WeightingOptions``) and its checkpointed state across versions."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+import torch
+
+from lightning_episodes.callbacks import DifficultyWeightingCallback, WeightingOptions
+from lightning_episodes.weighting import NormalProposal, Proposal, register_proposal
+from lightning_episodes.weighting.proposals import PROPOSAL_REGISTRY
+
+#: The state a run with ``proposal="lognormal", normalization="running"`` checkpointed before the options became one
+#: ``WeightingOptions`` (written by that version: 3 online steps of 2 episodes, 2 normaliser updates, 3 diagnostics).
+OLD_STATE = {
+    "estimator": {
+        "steps": 3, "ready": True, "sum": 3.1780538303479458, "sum_squares": 3.609214030403589, "count": 4,
+        "mu": 0.6366244288398596, "variance": 0.4387844985189645, "nonfinite": 0, "episodes": 6,
+    },
+    "normalizer": {"average": 2.01},
+    "diagnostics": {
+        "difficulties": torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64),
+        "weights": torch.tensor([0.5, 1.0, 1.5], dtype=torch.float64),
+    },
+    "skipped_steps": 1, "nonfinite_episodes": 2, "verdict": "", "fit_warnings": 0,
+}  # fmt: skip
+
+
+def test_an_old_checkpoints_state_resumes_under_the_same_key() -> None:
+    callback = DifficultyWeightingCallback(warmup_steps=2, proposal="lognormal", normalization="running", window=10)
+    assert callback.state_key == "DifficultyWeightingCallback[]"
+    callback.load_state_dict(OLD_STATE)
+    assert callback.ready
+    assert callback.mu == 0.6366244288398596
+    assert callback.sigma == math.sqrt(0.4387844985189645)
+    assert (callback.skipped_steps, callback.nonfinite_episodes) == (1, 2)
+    assert callback.normalizer.state_dict() == {"average": 2.01}
+    assert callback.diagnostics.weights.tolist() == [0.5, 1.0, 1.5]
+    # and it is written back in the same format
+    state = callback.state_dict()
+    assert state.keys() == OLD_STATE.keys()
+    assert state["estimator"] == OLD_STATE["estimator"]
+
+
+def test_the_options_are_kept_once_frozen_and_read_as_plain_values() -> None:
+    callback = DifficultyWeightingCallback(proposal="empirical", support_sigmas=3, reference_checkpoint=None)
+    options = callback.options
+    assert isinstance(options, WeightingOptions)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        options.window = 5  # type: ignore[misc]
+    assert not {"proposal", "warmup_steps", "estimate", "mode"} & set(vars(callback))  # no second copy
+    assert dict(options) == {field.name: getattr(options, field.name) for field in dataclasses.fields(options)}
+    assert options.proposal_options() == {
+        "support_sigmas": 3.0, "decay": 0.9, "warmup_steps": 100, "update": "episode", "window": 1000,
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"proposal": "gaussian"}, r"^DifficultyWeightingCallback: proposal must be one of \['normal', 'lognormal', "),
+        ({"normalization": "clip"}, r"^DifficultyWeightingCallback: normalization must be one of \['ess', 'self', "),
+        ({"pool": 1}, r"^DifficultyWeightingCallback: pool must be an integer >= 2, got 1$"),
+        ({"decay": 1.0}, r"^DifficultyWeightingCallback: decay must be a number in \[0, 1\), got 1.0$"),
+    ],
+)
+def test_a_bad_option_is_one_line_naming_it_and_its_range(options: dict[str, object], message: str) -> None:
+    with pytest.raises(ValueError, match=message) as raised:
+        WeightingOptions(**options)  # type: ignore[arg-type]
+    assert "\n" not in str(raised.value)
+
+
+def test_a_registered_proposal_is_accepted_and_listed_in_the_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(PROPOSAL_REGISTRY, "_entries", dict(PROPOSAL_REGISTRY._entries))
+
+    @register_proposal("wide_normal")
+    class WideNormal(NormalProposal):
+        """The normal with twice its scale."""
+
+        @property
+        def scale(self) -> float:
+            return 2.0 * super().scale
+
+    callback = DifficultyWeightingCallback(proposal="wide_normal", warmup_steps=2)
+    assert isinstance(callback.proposal_model, WideNormal)
+    assert isinstance(callback.proposal_model, Proposal)
+    with pytest.raises(ValueError, match=r"'empirical', 'wide_normal'\], got 'oracle'"):
+        DifficultyWeightingCallback(proposal="oracle")
