@@ -29,6 +29,8 @@ import numpy as np
 
 from lightning_episodes.evaluation._arrays import ArrayLike, raw_numpy, to_numpy
 
+__all__ = ["COLUMNS", "DifficultyTable", "EpisodeRecord", "JoinedDifficulties", "join_on_episode"]
+
 #: Column order of a written table.
 COLUMNS = ("episode_id", "classes", "support_indices", "query_indices", "difficulty", "accuracy")
 
