@@ -1,4 +1,4 @@
-"""Evaluation of trained models, between the algorithms and the callbacks, commands and analyses that use it.
+"""Evaluation of trained models (between the algorithms and the callbacks, commands and analyses that use it):
 
 - scoring fixed episodes: :func:`score_episodes` (one difficulty and accuracy per episode, §4.2), the episodes
   themselves (:func:`scoring_episodes`, :func:`scoring_identities`), a checkpoint's data
