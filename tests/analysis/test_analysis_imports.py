@@ -1,5 +1,6 @@
-"""`lightning_episodes.analysis` is a library of statistics, tables and scoring: the command-line programs built on
-it live in `lightning_episodes.commands`, and no import runs back from the library to them."""
+"""`lightning_episodes.analysis` is a library of statistics and reports: the command-line programs built on it live
+in `lightning_episodes.commands`, and no import runs back from the library to them. Scoring and the per-episode
+tables moved to `lightning_episodes.evaluation`; their old import paths still work."""
 
 from __future__ import annotations
 
