@@ -22,6 +22,7 @@ from lightning_episodes.evaluation.record import (
     RESULTS_FILE,
     SCORES_FILE,
     checkpoint_step,
+    plain,
     results_record,
     scores_table,
 )
@@ -40,7 +41,8 @@ def sampling_record(trainer: pl.Trainer) -> dict[str, Any] | None:
 
 def sampling_defaults(trainer: pl.Trainer) -> dict[str, Any] | None:
     """The defaults of the options of the Trainer's :class:`DifficultyWeightingCallback` (a subclass's own defaults
-    over the base class's; ``None`` without one)."""
+    over the base class's; ``None`` without one), as JSON scalars (a default that is an object is left out: an option
+    with no such default is named in a report)."""
     callback = _weighting_callback(trainer)
     if callback is None:
         return None
@@ -49,7 +51,7 @@ def sampling_defaults(trainer: pl.Trainer) -> dict[str, Any] | None:
         for name, parameter in inspect.signature(cls.__init__).parameters.items():
             if parameter.default is not inspect.Parameter.empty:
                 defaults[name] = str(parameter.default) if isinstance(parameter.default, Path) else parameter.default
-    return {name: value for name, value in defaults.items() if name in callback.options}
+    return plain({name: value for name, value in defaults.items() if name in callback.options})
 
 
 class TestResultsWriter(Callback):
