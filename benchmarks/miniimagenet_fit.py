@@ -39,6 +39,7 @@ from torch import Tensor, nn
 from benchmarks._timing import machine, set_threads, table
 from benchmarks.episode_assembly import UInt8Images
 from lightning_episodes import EpisodicDataModule, ProtoNet
+from lightning_episodes.callbacks import NonFiniteGuard
 from lightning_episodes.data.datasets.base import ImageDataset, register_dataset
 
 NAME = "mini-imagenet-shaped"
@@ -122,7 +123,7 @@ def ours(args: argparse.Namespace, backbone: str, shots: int, device: str, cuda_
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,
-        callbacks=[clock],
+        callbacks=[clock, NonFiniteGuard()],  # the guard every command-line run has
     )
     trainer.fit(model, datamodule=data_module(args, shots, device_cache=device == "cuda"))
     seconds = clock.ends[-1] - clock.ends[args.skip - 1]

@@ -6,7 +6,7 @@ the host's work around the kernels), the same batches and the same optimiser (Ad
 * ``bare loop``: batch -> ``on_after_batch_transfer`` (the data module's assembly into float episodes) ->
   ``episode_losses`` -> mean -> backward -> Adam, in a Python ``for`` loop;
 * ``Trainer``: ``trainer.fit`` with a CSV logger and ``log_every_n_steps`` as given (default 50, Lightning's
-  default), no validation, no checkpointing, no progress bar; the module's own ``NonFiniteGuard`` included;
+  default), no validation, no checkpointing, no progress bar; the ``NonFiniteGuard`` of every CLI run included;
 * ``Trainer + <target>/<proposal>/<normalization>``: the same with a ``DifficultyWeightingCallback`` whose warm-up
   is the ``--skip`` steps left out, so the measured steps run the weighted path (its check of the proposal's fit
   then runs every ``--skip`` steps: every ``warmup_steps``, 100 by default).
@@ -192,7 +192,7 @@ def trainer_loop(
     """End-to-end step times of ``trainer.fit`` over the same batches."""
     steps = len(dm.batches)
     clock = Clock(skip, steps)
-    callbacks: list[pl.Callback] = [clock]
+    callbacks: list[pl.Callback] = [clock, NonFiniteGuard()]  # the guard every command-line run has
     if weighting is not None:
         target, proposal, normalization = weighting
         callbacks.insert(

@@ -7,9 +7,10 @@ import importlib
 from pathlib import Path
 from typing import Any
 
+import pytorch_lightning as pl
 import torch
 from jsonargparse import Namespace
-from pytorch_lightning.callbacks import ModelCheckpoint
+from pytorch_lightning.callbacks import Callback, Checkpoint, ModelCheckpoint
 from pytorch_lightning.cli import LightningArgumentParser, LightningCLI
 from pytorch_lightning.utilities import rank_zero_info
 from typing_extensions import override
@@ -26,6 +27,7 @@ from lightning_episodes.callbacks.checkpointing import (
     continue_logger_version,
     find_last_checkpoint,
 )
+from lightning_episodes.callbacks.defaults import default_callbacks
 from lightning_episodes.cli_checks import check_accelerator, check_world_size, own_outputs
 from lightning_episodes.console import TOOLS, TRAINER_COMMANDS, run
 from lightning_episodes.data.datamodule import EpisodicDataModule
@@ -98,7 +100,9 @@ class EpisodicCLI(LightningCLI):
 
     A run whose ``trainer.callbacks`` has no ``ModelCheckpoint`` gets :data:`DEFAULT_CHECKPOINT` first in the list
     (so a sampling config lists its weighting callback alone, which stays the last of the list);
-    ``--print_config`` and the run's saved ``config.yaml`` show it.
+    ``--print_config`` and the run's saved ``config.yaml`` show it. Every Trainer also gets the
+    :func:`~lightning_episodes.callbacks.default_callbacks` it lacks (a non-finite guard and the test record's
+    writer), which the saved configuration does not list.
     """
 
     @staticmethod
@@ -123,6 +127,16 @@ class EpisodicCLI(LightningCLI):
             default=False,
             help="After `fit`, test the best checkpoint (by the ModelCheckpoint monitor) in the same process.",
         )
+
+    @override
+    def instantiate_trainer(self, **kwargs: Any) -> pl.Trainer:
+        """The configured Trainer, with :func:`~lightning_episodes.callbacks.default_callbacks` that its callbacks
+        lack (before the checkpoint callbacks, which Lightning keeps last)."""
+        trainer = super().instantiate_trainer(**kwargs)
+        callbacks: list[Callback] = trainer.callbacks  # type: ignore[attr-defined]
+        at = next((i for i, callback in enumerate(callbacks) if isinstance(callback, Checkpoint)), len(callbacks))
+        callbacks[at:at] = default_callbacks(callbacks)
+        return trainer
 
     @override
     def init_parser(self, **kwargs: Any) -> LightningArgumentParser:

@@ -51,6 +51,10 @@ TOOLS: dict[str, Tool] = {
         "paired per-episode test-accuracy difference of two sampling schemes, per scenario",
     ),
 }
+#: The module of the LightningCLI (``fit``, ``validate``, ``test``), with ``main(args, exit_on_error)``: imported by
+#: name when a Trainer command runs, as the tools are (Lightning takes seconds to import). The console is the front
+#: door below it: :mod:`lightning_episodes.cli` uses this module's tables and :func:`run`, never the reverse.
+TRAINER_CLI = "lightning_episodes.cli"
 _PACKAGE = str(Path(__file__).resolve().parent)
 
 
@@ -135,10 +139,8 @@ def run(argv: list[str] | None, trainer_cli: Callable[..., object], tools: Mappi
 
 
 def trainer_cli(args: list[str] | None, exit_on_error: bool = True) -> object:
-    """:func:`lightning_episodes.cli.main`, imported when a Trainer command runs (Lightning takes seconds to import)."""
-    from lightning_episodes.cli import main
-
-    return main(args, exit_on_error=exit_on_error)
+    """:func:`lightning_episodes.cli.main` (:data:`TRAINER_CLI`), imported when a Trainer command runs."""
+    return importlib.import_module(TRAINER_CLI).main(args, exit_on_error=exit_on_error)
 
 
 def entry(argv: list[str] | None = None) -> int:
@@ -152,8 +154,9 @@ def entry(argv: list[str] | None = None) -> int:
 
 
 def _diverged(error: BaseException) -> str | None:
-    """The message of a :class:`~lightning_episodes.callbacks.NonFiniteError` in ``error``'s chain, if any."""
-    from lightning_episodes.callbacks.nonfinite import NonFiniteError
+    """The message of a :class:`~lightning_episodes.algorithms.nonfinite.NonFiniteError` in ``error``'s chain, if
+    any."""
+    from lightning_episodes.algorithms.nonfinite import NonFiniteError
 
     return next((_one_line(str(e)) for e in _chain(error) if isinstance(e, NonFiniteError)), None)
 

@@ -91,7 +91,7 @@ def _normalization(module: EpisodicModule, checkpoint: Path) -> tuple[tuple[floa
     from the dataset its data module was configured with."""
     if module.input_normalization is not None:
         return tuple(module.input_normalization["mean"]), tuple(module.input_normalization["std"])
-    from lightning_episodes.analysis.scoring import checkpoint_datamodule
+    from lightning_episodes.evaluation.scoring import checkpoint_datamodule
 
     try:
         data = checkpoint_datamodule(checkpoint)._load()

@@ -12,7 +12,6 @@ from typing import Any, ClassVar, cast
 
 import pytorch_lightning as pl
 import torch
-from pytorch_lightning.callbacks import Callback
 from pytorch_lightning.cli import LRSchedulerCallable, OptimizerCallable
 from torch import Tensor, nn
 from typing_extensions import override
@@ -27,6 +26,7 @@ from lightning_episodes.algorithms.interface import (
     check_min,
 )
 from lightning_episodes.algorithms.metrics import EpisodeMeanCI, EpisodeScores, ScoredEpisodes
+from lightning_episodes.algorithms.nonfinite import NonFiniteError, nonfinite_flags, nonfinite_report
 from lightning_episodes.algorithms.schedules import check_schedule
 from lightning_episodes.data.episode import Episode
 from lightning_episodes.models import EpisodicBackbone, EvalBatchNorm, build_backbone, feature_size, set_eval_batch_norm
@@ -75,11 +75,13 @@ class EpisodicModule(pl.LightningModule):
     the optimiser. A subclass takes its own arguments and passes the rest on with ``**kwargs``, so that
     LightningCLI lists these too; it re-declares one only to change its default.
 
-    Every Trainer it runs in gets a :class:`~lightning_episodes.callbacks.NonFiniteGuard` (non-finite training
-    steps are skipped, and training stops after a few in a row) and a
-    :class:`~lightning_episodes.callbacks.TestResultsWriter` (``test_results.json``), unless it has its own (see
-    :meth:`configure_callbacks`); evaluating a model with NaN or inf parameters, buffers or outputs raises
-    :class:`~lightning_episodes.callbacks.NonFiniteError` instead of reporting a number.
+    Evaluating a model with NaN or inf parameters, buffers or outputs raises
+    :class:`~lightning_episodes.algorithms.nonfinite.NonFiniteError` instead of reporting a number. The module adds no
+    callback to its Trainer: the command line adds a :class:`~lightning_episodes.callbacks.NonFiniteGuard`
+    (non-finite training steps are skipped, and training stops after a few in a row) and a
+    :class:`~lightning_episodes.callbacks.TestResultsWriter` (``test_results.json``) to every Trainer without its own;
+    in Python, ``pl.Trainer(callbacks=default_callbacks())`` does the same
+    (:func:`~lightning_episodes.callbacks.default_callbacks`).
 
     Args:
         backbone: registered backbone name (``conv4``, ``resnet12``, ``resnet12-wide``).
@@ -329,11 +331,9 @@ class EpisodicModule(pl.LightningModule):
         return out
 
     def _check_finite(self, stage: str, outputs: Tensor | None = None) -> None:
-        """Raise :class:`~lightning_episodes.callbacks.NonFiniteError` if the parameters, the floating-point
+        """Raise :class:`~lightning_episodes.algorithms.nonfinite.NonFiniteError` if the parameters, the floating-point
         buffers (batch-norm statistics) or the evaluated ``outputs`` flag hold NaN or inf on any rank. A collective:
         every rank calls it and every rank raises."""
-        from lightning_episodes.callbacks.nonfinite import NonFiniteError, nonfinite_flags, nonfinite_report
-
         outputs = torch.zeros((), device=self.device) if outputs is None else outputs.to(self.device)
         flags = torch.cat([nonfinite_flags(self)[1:], outputs.reshape(1)])
         bad = [flag > 0 for flag in self.trainer.strategy.reduce(flags, reduce_op="sum").tolist()]
@@ -404,18 +404,6 @@ class EpisodicModule(pl.LightningModule):
         gather = cast(Callable[[Tensor], Tensor], self.all_gather)
         self.test_episode_scores = self._test_scores.compute(gather, self.trainer.world_size, self.device)
         self._test_scores.reset()
-
-    @override
-    def configure_callbacks(self) -> list[Callback]:
-        """A :class:`~lightning_episodes.callbacks.NonFiniteGuard` and a
-        :class:`~lightning_episodes.callbacks.TestResultsWriter` for a Trainer that has none of its own: every run
-        stops on a diverged model and records its test results. List one in the Trainer's callbacks to configure it.
-        """
-        from lightning_episodes.callbacks.nonfinite import NonFiniteGuard
-        from lightning_episodes.callbacks.test_results import TestResultsWriter
-
-        present = self.trainer.callbacks  # type: ignore[attr-defined]
-        return [cls() for cls in (NonFiniteGuard, TestResultsWriter) if not any(isinstance(cb, cls) for cb in present)]
 
     # -- checkpoints ----------------------------------------------------------------------------------------
     @override

@@ -8,7 +8,8 @@ Pure functions on numpy arrays or torch tensors:
   :func:`plot_transfer`, aligned by episode with :func:`join_on_episode`;
 - training time: do easy and hard episodes stay apart? :func:`extreme_episodes`,
   :func:`lines_cross`, :func:`plot_trajectories`;
-- per-episode difficulty tables saved as CSV: :class:`DifficultyTable`, :class:`EpisodeRecord`;
+- per-episode difficulty tables saved as CSV: :class:`DifficultyTable`, :class:`EpisodeRecord` (defined in
+  :mod:`lightning_episodes.evaluation`, which scores the episodes);
 - sampling schemes compared on the shared test episodes: :func:`paired_difference` (paired per-episode
   accuracy difference with its interval), :class:`PairedDifference`.
 """
@@ -17,18 +18,13 @@ from lightning_episodes.analysis.correlation import RankCorrelation, rank_correl
 from lightning_episodes.analysis.normality import NormalFit, ShapiroResult, fit_normal, shapiro_rejection_rate
 from lightning_episodes.analysis.paired import PairedDifference, paired_difference
 from lightning_episodes.analysis.plots import plot_density, plot_qq, plot_trajectories, plot_transfer
-from lightning_episodes.analysis.tables import (
-    DifficultyTable,
-    EpisodeRecord,
-    JoinedDifficulties,
-    join_on_episode,
-)
 from lightning_episodes.analysis.trajectories import (
     CrossingReport,
     ExtremeEpisodes,
     extreme_episodes,
     lines_cross,
 )
+from lightning_episodes.evaluation.tables import DifficultyTable, EpisodeRecord, JoinedDifficulties, join_on_episode
 
 __all__ = [
     "CrossingReport",

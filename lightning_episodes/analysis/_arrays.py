@@ -2,25 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
-#: Anything the analysis functions accept as numbers: a numpy array, a torch tensor (any device,
-#: with or without grad) or a (nested) sequence of numbers.
-ArrayLike = Any
+from lightning_episodes.evaluation._arrays import ArrayLike, raw_numpy, to_numpy
 
-
-def raw_numpy(values: ArrayLike) -> np.ndarray:
-    """``values`` as a numpy array of its own dtype (torch tensors are detached and moved to the CPU)."""
-    if hasattr(values, "detach") and hasattr(values, "cpu"):
-        values = values.detach().cpu().numpy()
-    return np.asarray(values)
-
-
-def to_numpy(values: ArrayLike) -> np.ndarray:
-    """``values`` as a float64 numpy array (torch tensors are detached and moved to the CPU)."""
-    return raw_numpy(values).astype(np.float64, copy=False)
+__all__ = ["ArrayLike", "as_indices", "as_matrix", "as_vector", "check_finite", "raw_numpy", "to_numpy"]
 
 
 def as_vector(values: ArrayLike, name: str, min_size: int = 1) -> np.ndarray:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-from lightning_episodes.analysis.tables import DifficultyTable, join_on_episode
+from lightning_episodes.evaluation.tables import DifficultyTable, join_on_episode
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,7 @@ def paired_difference(
 ) -> PairedDifference:
     """Paired per-episode accuracy difference, treatment − baseline, on the same fixed episodes.
 
-    Each arm is one table per seed (e.g. :func:`~lightning_episodes.analysis.scoring.score_episodes` of each
+    Each arm is one table per seed (e.g. :func:`~lightning_episodes.evaluation.score_episodes` of each
     run's best checkpoint on the test episodes). Tables are aligned by episode id, and per episode ``i``::
 
         d_i = mean over the treatment's seeds of accuracy_i − mean over the baseline's seeds of accuracy_i

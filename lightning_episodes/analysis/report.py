@@ -9,13 +9,15 @@ matches or beats its algorithm's baseline (mean at least the baseline's, or over
 
 What a run folder must hold (the CLI writes both into the logger's folder):
 
-- ``test_results.json`` (``EpisodicModule``): ``algorithm``, ``accuracy``, ``ci95``, ``episodes``, ``hparams``
-  (``backbone``; ``distance`` for ProtoNet) and ``data`` (``dataset``, ``ways``/``shots`` or
-  ``eval_ways``/``eval_shots``, ``seed``, ``test_split``);
+- ``test_results.json`` (the fields of :func:`~lightning_episodes.evaluation.results_record`): ``algorithm``,
+  ``accuracy``, ``ci95``, ``episodes``, ``hparams`` (``backbone``; ``distance`` for ProtoNet) and ``data``
+  (``dataset``, ``ways``/``shots`` or ``eval_ways``/``eval_shots``, ``seed``, ``test_split``);
 - ``config.yaml`` beside it (LightningCLI's ``SaveConfigCallback``): the sampling scheme is the options of the
   ``DifficultyWeightingCallback`` in ``trainer.callbacks`` (no such callback: plain sampling, "baseline"), and the
   run's seed is ``seed_everything``. A ``sampling`` field (the callback's options) or ``seed`` field in the record
-  takes precedence; without either source the scheme is "unknown".
+  takes precedence; without either source the scheme is "unknown". A record names the callback's defaults
+  (``sampling_defaults``); for older records and configs alone they are
+  :data:`~lightning_episodes.evaluation.record.LEGACY_SAMPLING_DEFAULTS`.
 
 A row is an algorithm and a scheme: the ``target``, the ``estimate`` (``online``/``offline``) and every other option
 of the callback that differs from the callback's default, e.g. ``uniform (online, out_of_support=clamp)`` beside
@@ -33,7 +35,6 @@ cell and seed (e.g. a checkpoint tested twice) count once: the newest file is ke
 from __future__ import annotations
 
 import csv
-import inspect
 import io
 import json
 import math
@@ -47,10 +48,8 @@ from typing import Any, Literal
 
 import yaml
 
-from lightning_episodes.callbacks.difficulty_weighting import DifficultyWeightingCallback
+from lightning_episodes.evaluation.record import CONFIG_FILE, LEGACY_SAMPLING_DEFAULTS, RESULTS_FILE
 
-RESULTS_FILE = "test_results.json"
-CONFIG_FILE = "config.yaml"
 BoldWithin = Literal["column", "scenario"]
 
 _DATASETS = {
@@ -74,12 +73,6 @@ _ESTIMATES = ("offline", "online")
 IGNORED_OPTIONS = frozenset(
     {"reference_checkpoint", "seed", "name", "histogram_every_n_steps", "log_grad_norm", "target", "estimate"}
 )
-#: The callback's defaults: options equal to them are not named in a row.
-DEFAULT_OPTIONS = {
-    name: parameter.default
-    for name, parameter in inspect.signature(DifficultyWeightingCallback.__init__).parameters.items()
-    if parameter.default is not inspect.Parameter.empty
-}
 _EPS = 1e-12  # intervals that touch overlap, whatever the rounding
 
 #: The legend printed under the Markdown table.
@@ -212,7 +205,8 @@ Scheme = tuple[str, str | None, Options]
 
 def sampling_scheme(config: dict[str, Any]) -> Scheme:
     """``(target, estimate, options)`` of the weighting callback in a saved LightningCLI config (see
-    :func:`scheme_of`); ``("baseline", None, ())`` without one."""
+    :func:`scheme_of`, with the defaults of :data:`~lightning_episodes.evaluation.record.LEGACY_SAMPLING_DEFAULTS`);
+    ``("baseline", None, ())`` without one."""
     callbacks = (config.get("trainer") or {}).get("callbacks") or []
     for callback in [callbacks] if isinstance(callbacks, dict) else callbacks:
         if not isinstance(callback, dict):
@@ -231,13 +225,20 @@ def _text(value: Any) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
-def scheme_of(options: dict[str, Any]) -> Scheme:
+def scheme_of(options: dict[str, Any], defaults: dict[str, Any] | None = None) -> Scheme:
     """``(target, estimate, options)`` of a weighting callback's options (a record's ``sampling``, a config's
     ``init_args``): the options that differ from the callback's defaults, minus :data:`IGNORED_OPTIONS`.
 
     ``proposal: online|offline`` (earlier versions) is the ``estimate``. The baseline is ``("baseline", None, ())``:
     its weights are 1 whatever the other options.
+
+    Args:
+        options: the callback's options by name.
+        defaults: their defaults (a record's ``sampling_defaults``); ``None``: those of
+            :data:`~lightning_episodes.evaluation.record.LEGACY_SAMPLING_DEFAULTS`, for records that do not carry
+            their own.
     """
+    defaults = dict(LEGACY_SAMPLING_DEFAULTS) if defaults is None else defaults
     target = options.get("target", "baseline")
     if isinstance(target, dict):  # a Target object given by class_path, named with its arguments
         arguments = ", ".join(f"{k}={_text(v)}" for k, v in sorted((target.get("init_args") or {}).items()))
@@ -250,7 +251,7 @@ def scheme_of(options: dict[str, Any]) -> Scheme:
     differing = []
     for name, value in options.items():
         # compared as text: a YAML `3` is the default `3.0`, but `true` is not `1`; an unknown option always counts
-        same = name in DEFAULT_OPTIONS and _text(value) == _text(DEFAULT_OPTIONS[name])
+        same = name in defaults and _text(value) == _text(defaults[name])
         if name not in IGNORED_OPTIONS and not same:
             differing.append((name, _text(value)))
     return str(target), str(options.get("estimate", "online")), tuple(sorted(differing))
@@ -278,7 +279,8 @@ def read_result(path: str | Path) -> RunResult:
     sampling = record.get("sampling")
     scheme: Scheme
     if isinstance(sampling, dict):
-        scheme = scheme_of(sampling)
+        defaults = record.get("sampling_defaults")
+        scheme = scheme_of(sampling, defaults if isinstance(defaults, dict) else None)
     elif config is not None:
         scheme = sampling_scheme(config)
     else:

@@ -1,7 +1,8 @@
 """Lightning callbacks: importance weighting over episode difficulty, difficulty tracking, checkpoints to resume
-from, non-finite steps and test records."""
+from, non-finite steps and test records; :func:`default_callbacks`, the two that every command-line run gets."""
 
 from lightning_episodes.callbacks.checkpointing import ResumableCheckpoint
+from lightning_episodes.callbacks.defaults import default_callbacks
 from lightning_episodes.callbacks.difficulty_tracking import DifficultyTrackingCallback
 from lightning_episodes.callbacks.difficulty_weighting import (
     ESTIMATES,
@@ -22,4 +23,5 @@ __all__ = [
     "TestResultsWriter",
     "WeightingOptions",
     "WeightingStep",
+    "default_callbacks",
 ]

@@ -26,16 +26,16 @@ from torch import Tensor
 from typing_extensions import override
 
 from lightning_episodes.algorithms.base import EpisodicModule
-from lightning_episodes.analysis.scoring import (
+from lightning_episodes.data.datamodule import EpisodicDataModule
+from lightning_episodes.data.episode import EpisodeIdentity
+from lightning_episodes.evaluation.scoring import (
     Split,
     evaluation_mode,
     score_batches,
     scoring_episodes,
     scoring_identities,
 )
-from lightning_episodes.analysis.tables import DifficultyTable
-from lightning_episodes.data.datamodule import EpisodicDataModule
-from lightning_episodes.data.episode import EpisodeIdentity
+from lightning_episodes.evaluation.tables import DifficultyTable
 from lightning_episodes.weighting.loss import stat_dtype
 
 __all__ = ["DifficultyTrackingCallback"]
@@ -62,7 +62,7 @@ class DifficultyTrackingCallback(Callback):
     """Re-scores a fixed set of episodes every ``every_n_steps`` optimizer steps and keeps every score.
 
     The set is ``episodes`` episodes of ``split`` fixed by the data seed (see
-    :func:`~lightning_episodes.analysis.scoring.scoring_episodes`; ``train``: training classes and sizes,
+    :func:`~lightning_episodes.evaluation.scoring_episodes`; ``train``: training classes and sizes,
     never the episodes of the training stream). Scoring is as at evaluation (eval mode with the module's
     ``eval_batch_norm``, no gradient, MAML/ANIL still adapt) and changes neither the model nor any random
     state, so training is the same with or without this callback. It scores at step 0 (before the first

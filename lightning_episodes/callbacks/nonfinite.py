@@ -4,109 +4,41 @@ A learning rate that is far too large makes the parameters NaN after one step, o
 inf; every later step is then non-finite too. Without a check, the run goes on, exits 0 and evaluates a broken model
 at chance level. :class:`NonFiniteGuard` skips each step whose averaged gradients, parameters or floating-point
 buffers (batch-norm statistics) hold a NaN or an inf, and stops the run after ``max_consecutive`` such steps in a
-row. :class:`~lightning_episodes.EpisodicModule` adds one to every Trainer that has none, and refuses to evaluate a
-model with non-finite parameters, buffers or outputs (:func:`nonfinite_report`).
+row. The command line adds one to every Trainer that has none (:func:`~lightning_episodes.callbacks.default_callbacks`),
+and :class:`~lightning_episodes.EpisodicModule` refuses to evaluate a model with non-finite parameters, buffers or
+outputs (:mod:`lightning_episodes.algorithms.nonfinite`).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
 from typing import Any
 
 import pytorch_lightning as pl
 import torch
 from pytorch_lightning.callbacks import Callback
 from pytorch_lightning.utilities import rank_zero_warn
-from torch import Tensor, nn
+from torch import Tensor
 from typing_extensions import override
 
 from lightning_episodes.algorithms.base import logger_writes
+from lightning_episodes.algorithms.nonfinite import (
+    KINDS,
+    NonFiniteError,
+    Owned,
+    any_nonfinite,
+    floating_tensors,
+    nonfinite_flags,
+    nonfinite_report,
+    nonfinite_suspicion,
+    state_owners,
+    tensors_nonfinite,
+)
 from lightning_episodes.callbacks._nonfinite_tally import Tally
 
-#: what is checked, in the order of the flags of :func:`nonfinite_flags`
-KINDS = ("gradients", "parameters", "buffers")
-
-
-class NonFiniteError(RuntimeError):
-    """Training or evaluation met NaN or inf values where there must be none; the message says where."""
-
-
-def any_nonfinite(tensors: Iterable[Tensor], device: torch.device) -> Tensor:
-    """A 0-d float tensor on ``device``: 1 if any element of ``tensors`` is NaN or ±inf, else 0 (``isfinite`` of
-    each tensor; no host sync)."""
-    flags = [(~torch.isfinite(t)).any().to(device) for t in tensors]
-    return torch.stack(flags).any().float() if flags else torch.zeros((), device=device)
-
-
-def nonfinite_suspicion(tensors: list[Tensor], device: torch.device) -> Tensor:
-    """A 0-d tensor on ``device`` that is NaN or ±inf if some element of ``tensors`` is, finite otherwise — the
-    cheapest such reduction, without a host sync.
-
-    The sum of one fused 2-norm per tensor (``torch._foreach_norm``; NaN and inf propagate into both): on a CPU thread
-    5-15x cheaper than a max-|x| or an ``isfinite`` pass, and one value to read. Its squares overflow for finite
-    values above ~1e19 (the sum, for norms near the dtype's maximum), so a non-finite result is only a suspicion:
-    :func:`any_nonfinite` decides.
-    """
-    if not tensors:
-        return torch.zeros((), device=device)
-    norms = torch._foreach_norm(tensors)
-    first = norms[0]
-    if all(n.dtype == first.dtype and n.device == device for n in norms):
-        return torch.stack(norms).sum()
-    return torch.stack([n.to(device, torch.float32) for n in norms]).sum()
-
-
-Owned = Mapping[str, Tensor | None]
-
-
-def _state_owners(module: nn.Module) -> tuple[list[Owned], list[Owned]]:
-    """The ``_parameters`` and the ``_buffers`` dictionaries of every submodule of ``module`` (one walk). Read live,
-    they show a tensor that replaced another under the same name (``module.to(...)``, ``module.x = tensor``)."""
-    modules = list(module.modules())
-    return [m._parameters for m in modules if m._parameters], [m._buffers for m in modules if m._buffers]
-
-
-def _any_nonfinite_norm(tensors: list[Tensor], device: torch.device) -> Tensor:
-    """A 0-d tensor on ``device``, > 0 if some element of ``tensors`` is NaN or ±inf: one fused max-|x| per tensor
-    (exact: no overflow, NaN propagates), without a host sync."""
-    if not tensors:
-        return torch.zeros((), device=device)
-    norms = torch._foreach_norm(tensors, ord=math.inf)
-    return (~torch.isfinite(torch.stack([n.to(device, torch.float32) for n in norms]))).any().float()
-
-
-def _floating(owners: list[Owned]) -> list[Tensor]:
-    """The floating-point tensors held in ``owners``, each once."""
-    tensors = {id(t): t for owned in owners for t in owned.values() if t is not None and t.is_floating_point()}
-    return list(tensors.values())
-
-
-def nonfinite_flags(module: nn.Module, grads: Iterable[Tensor] = ()) -> Tensor:
-    """``[3]`` flags (1 = some NaN/inf, by ``isfinite``) for ``grads``, the parameters and the floating-point
-    buffers of ``module``, in the order of :data:`KINDS`, on the module's device, without a host sync."""
-    parameter_owners, buffer_owners = _state_owners(module)
-    parameters, buffers = _floating(parameter_owners), _floating(buffer_owners)
-    device = parameters[0].device if parameters else next(module.parameters(), torch.zeros(())).device
-    return torch.stack([any_nonfinite(group, device) for group in (grads, parameters, buffers)])
-
-
-def nonfinite_report(module: nn.Module, flags: list[bool], grads: dict[str, Tensor] | None = None) -> str:
-    """Which of :data:`KINDS` are non-finite, naming up to three tensors of each (called on the failure path
-    only: it reads every tensor on the host)."""
-    named: dict[str, dict[str, Tensor]] = {
-        "gradients": grads or {},
-        "parameters": dict(module.named_parameters()),
-        "buffers": {name: b for name, b in module.named_buffers() if b.is_floating_point()},
-    }
-    parts = []
-    for kind, bad in zip(KINDS, flags, strict=True):
-        if not bad:
-            continue
-        names = [name for name, t in named[kind].items() if not bool(torch.isfinite(t).all())]
-        shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
-        parts.append(f"{kind} ({shown})" if names else f"{kind} (on another rank)")
-    return "non-finite " + " and ".join(parts)
+#: the checks live with the algorithms, which refuse to evaluate a non-finite model; kept importable from here
+__all__ = ["KINDS", "NonFiniteError", "NonFiniteGuard", "any_nonfinite", "nonfinite_flags", "nonfinite_report",
+           "nonfinite_suspicion"]  # fmt: skip
 
 
 class NonFiniteGuard(Callback):
@@ -141,8 +73,8 @@ class NonFiniteGuard(Callback):
       first step would keep an uninitialised momentum buffer.
 
     The parameters and buffers are those of the submodules found at the start of each training epoch.
-    :class:`~lightning_episodes.EpisodicModule` adds a ``NonFiniteGuard()`` to every Trainer without one: list one in
-    ``trainer.callbacks`` to change its options.
+    The command line adds a ``NonFiniteGuard()`` to every Trainer without one: list one in ``trainer.callbacks`` to
+    change its options; in Python, add it yourself (:func:`~lightning_episodes.callbacks.default_callbacks`).
 
     Args:
         max_consecutive: non-finite steps in a row after which training stops (>= 1). Default: 5.
@@ -175,7 +107,7 @@ class NonFiniteGuard(Callback):
     @override
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         # the walk over the submodules, once an epoch rather than every step (the dictionaries are read live)
-        self._owners = _state_owners(pl_module)
+        self._owners = state_owners(pl_module)
 
     @override
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -194,13 +126,15 @@ class NonFiniteGuard(Callback):
         scaler = getattr(trainer.precision_plugin, "scaler", None)
         grads = [] if scaler is not None else [p.grad for p in params if p.grad is not None]
         if self._owners is None:
-            self._owners = _state_owners(pl_module)
+            self._owners = state_owners(pl_module)
         if scaler is None and self._decides_on_device(pl_module, optimizer, params):
             self._judge_on_device(trainer, pl_module, optimizer, grads)
             return
         self._read(trainer, pl_module, log=False)  # nothing pending: the host path counts from here
         with torch.no_grad():  # the hook runs inside the optimiser's closure, where autograd records
-            suspicion = nonfinite_suspicion(grads + _floating(self._owners[0] + self._owners[1]), pl_module.device)
+            suspicion = nonfinite_suspicion(
+                grads + floating_tensors(self._owners[0] + self._owners[1]), pl_module.device
+            )
         # summed over ranks (every rank skips the same steps: DDP averages gradients, but buffers are per rank); the
         # one host read of the step
         if math.isfinite(trainer.strategy.reduce(suspicion, reduce_op="sum").item()):
@@ -247,9 +181,9 @@ class NonFiniteGuard(Callback):
         device = pl_module.device
         if self._tally is None:
             self._tally = Tally(self.max_consecutive, device, run=self.consecutive)
-        parameters, buffers = _floating(self._owners[0]), _floating(self._owners[1])
+        parameters, buffers = floating_tensors(self._owners[0]), floating_tensors(self._owners[1])
         with torch.no_grad():
-            kinds = torch.stack([_any_nonfinite_norm(group, device) for group in (grads, parameters, buffers)])
+            kinds = torch.stack([tensors_nonfinite(group, device) for group in (grads, parameters, buffers)])
             kinds = trainer.strategy.reduce(kinds, reduce_op="sum")
             optimizer.found_inf = self._tally.judge(kinds, trainer.global_step)
         step = trainer.global_step

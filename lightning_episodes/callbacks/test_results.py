@@ -1,58 +1,57 @@
-"""``test_results.json``: the machine-readable record of a test run, and ``test_episodes.csv``: its per-episode
-scores, both written beside the logs.
+"""The writer of a test's record (:mod:`lightning_episodes.evaluation.record`): ``test_results.json``, the
+machine-readable record of a test run, and ``test_episodes.csv``, its per-episode scores, both written beside the logs.
 
-``lightning-episodes report`` reads the record, ``compare`` both. :class:`~lightning_episodes.EpisodicModule` adds a
-:class:`TestResultsWriter` to every Trainer without one.
+``lightning-episodes report`` reads the record, ``compare`` both. The command line adds a :class:`TestResultsWriter`
+to every Trainer without one (:func:`~lightning_episodes.callbacks.default_callbacks`).
 """
 
 from __future__ import annotations
 
-import hashlib
+import inspect
 import json
 import os
 from pathlib import Path
 from typing import Any
 
 import pytorch_lightning as pl
-import torch
 from pytorch_lightning.callbacks import Callback
 from typing_extensions import override
 
-from lightning_episodes.algorithms.loading import read_checkpoint
-from lightning_episodes.algorithms.metrics import ScoredEpisodes
-from lightning_episodes.analysis.tables import DifficultyTable
 from lightning_episodes.callbacks.difficulty_weighting import DifficultyWeightingCallback
-
-RESULTS_FILE = "test_results.json"
-#: each test episode's identity, difficulty and accuracy (a :class:`~lightning_episodes.analysis.DifficultyTable`)
-SCORES_FILE = "test_episodes.csv"
-
-
-def plain(values: dict[str, Any]) -> dict[str, Any]:
-    """The JSON-friendly (scalar) entries of a hyper-parameter dict."""
-    return {k: v for k, v in values.items() if isinstance(v, int | float | str | bool) or v is None}
-
-
-def scenario_hash(hparams: dict[str, Any], data: dict[str, Any]) -> str:
-    """Identifies a scenario: the same model and data settings give the same hash, whatever the seed of the
-    training episodes (``data.train_seed``; runs of one scenario with different seeds share it)."""
-    scenario = [hparams, {key: value for key, value in data.items() if key != "train_seed"}]
-    return hashlib.sha256(json.dumps(scenario, sort_keys=True).encode()).hexdigest()[:16]
+from lightning_episodes.evaluation.record import (
+    RESULTS_FILE,
+    SCORES_FILE,
+    checkpoint_step,
+    plain,
+    results_record,
+    scores_table,
+)
 
 
-def checkpoint_step(ckpt_path: str | Path | None) -> int:
-    """The global step recorded in ``ckpt_path`` (0 without one): the step of the weights a ``test`` alone evaluates,
-    whose Trainer has not trained."""
-    if not ckpt_path:
-        return 0
-    return int(read_checkpoint(ckpt_path).get("global_step") or 0)
+def _weighting_callback(trainer: pl.Trainer) -> DifficultyWeightingCallback | None:
+    return next((cb for cb in trainer.callbacks if isinstance(cb, DifficultyWeightingCallback)), None)  # type: ignore[attr-defined]
 
 
 def sampling_record(trainer: pl.Trainer) -> dict[str, Any] | None:
     """Every option of the Trainer's :class:`DifficultyWeightingCallback` (``None`` without one): the arms of a
     comparison differ in them (``target`` and ``proposal`` among them, as older records had)."""
-    callback = next((cb for cb in trainer.callbacks if isinstance(cb, DifficultyWeightingCallback)), None)  # type: ignore[attr-defined]
+    callback = _weighting_callback(trainer)
     return None if callback is None else dict(callback.options)
+
+
+def sampling_defaults(trainer: pl.Trainer) -> dict[str, Any] | None:
+    """The defaults of the options of the Trainer's :class:`DifficultyWeightingCallback` (a subclass's own defaults
+    over the base class's; ``None`` without one), as JSON scalars (a default that is an object is left out: an option
+    with no such default is named in a report)."""
+    callback = _weighting_callback(trainer)
+    if callback is None:
+        return None
+    defaults: dict[str, Any] = {}
+    for cls in (DifficultyWeightingCallback, type(callback)):
+        for name, parameter in inspect.signature(cls.__init__).parameters.items():
+            if parameter.default is not inspect.Parameter.empty:
+                defaults[name] = str(parameter.default) if isinstance(parameter.default, Path) else parameter.default
+    return plain({name: value for name, value in defaults.items() if name in callback.options})
 
 
 class TestResultsWriter(Callback):
@@ -103,55 +102,32 @@ class TestResultsWriter(Callback):
         path = Path(log_dir) / RESULTS_FILE
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(self.record(trainer, pl_module, results), indent=2, sort_keys=True))
-        table = self.scores_table(trainer, getattr(pl_module, "test_episode_scores", None))
+        table = scores_table(getattr(trainer, "datamodule", None), getattr(pl_module, "test_episode_scores", None))
         if table is None:
             path.with_name(SCORES_FILE).unlink(missing_ok=True)  # an earlier test's, not this one's
         else:
             table.write(path.with_name(SCORES_FILE))
 
     @staticmethod
-    def scores_table(trainer: pl.Trainer, scores: ScoredEpisodes | None) -> DifficultyTable | None:
-        """The test's per-episode scores with the episodes' identities, or ``None`` if the test did not score
-        the data module's fixed test episodes ``0..n-1`` (another data module, or ``limit_test_batches``)."""
-        from lightning_episodes.analysis.scoring import scoring_identities
-        from lightning_episodes.data.datamodule import EpisodicDataModule
-
-        datamodule = getattr(trainer, "datamodule", None)
-        if scores is None or not len(scores.episode_ids) or not isinstance(datamodule, EpisodicDataModule):
-            return None
-        count = len(scores.episode_ids)
-        if not torch.equal(scores.episode_ids, torch.arange(count)):
-            return None
-        identity = scoring_identities(datamodule, "test", count)
-        return DifficultyTable.from_arrays(
-            identity.episode_ids, identity.classes, identity.support_indices, identity.query_indices,
-            scores.difficulty, scores.accuracy,
-        )  # fmt: skip
-
-    @staticmethod
     def record(trainer: pl.Trainer, pl_module: pl.LightningModule, results: dict[str, float]) -> dict[str, Any]:
-        """The record of one test: ``results`` are the module's logged ``test/*`` values."""
-        hparams = plain(dict(pl_module.hparams))
+        """The record of one test (:func:`~lightning_episodes.evaluation.results_record`): ``results`` are the module's
+        logged ``test/*`` values."""
         datamodule = getattr(trainer, "datamodule", None)
-        data = plain(dict(datamodule.hparams)) if datamodule is not None and hasattr(datamodule, "hparams") else {}
         seed = os.environ.get("PL_GLOBAL_SEED")
-        return {
-            "algorithm": type(pl_module).__name__,
-            "accuracy": results["test/acc"],
-            "ci95": results["test/acc_ci95"],
-            "loss": results["test/loss"],
-            "episodes": int(results["test/episodes"]),
-            "eval_batch_norm": getattr(pl_module, "eval_batch_norm", None),
-            "global_step": trainer.global_step or checkpoint_step(trainer.ckpt_path),
-            "ckpt_path": trainer.ckpt_path,
-            "seed": None if seed is None else int(seed),
-            "sampling": sampling_record(trainer),
-            "trained_on": getattr(pl_module, "trained_on", None),
-            "hparams": hparams,
-            "data": data,
-            "config_hash": scenario_hash(hparams, data),
-            "validation": validation_record(TestResultsWriter._writer_of(trainer)),
-        }
+        return results_record(
+            results,
+            type(pl_module).__name__,
+            dict(pl_module.hparams),
+            dict(datamodule.hparams) if datamodule is not None and hasattr(datamodule, "hparams") else {},
+            eval_batch_norm=getattr(pl_module, "eval_batch_norm", None),
+            global_step=trainer.global_step or checkpoint_step(trainer.ckpt_path),
+            ckpt_path=trainer.ckpt_path,
+            seed=None if seed is None else int(seed),
+            sampling=sampling_record(trainer),
+            sampling_defaults=sampling_defaults(trainer),
+            trained_on=getattr(pl_module, "trained_on", None),
+            validation=validation_record(TestResultsWriter._writer_of(trainer)),
+        )
 
     @staticmethod
     def _writer_of(trainer: pl.Trainer) -> TestResultsWriter | None:

@@ -24,10 +24,7 @@ from typing import Any
 import torch
 
 from lightning_episodes.analysis.paired import paired_difference
-from lightning_episodes.analysis.report import RESULTS_FILE, RunResult, combine, find_results, format_cell, read_result
-from lightning_episodes.analysis.scoring import checkpoint_datamodule, score_episodes
-from lightning_episodes.analysis.tables import DifficultyTable
-from lightning_episodes.callbacks.test_results import SCORES_FILE
+from lightning_episodes.analysis.report import RunResult, combine, find_results, format_cell, read_result
 from lightning_episodes.commands._common import (
     add_device_argument,
     arguments,
@@ -35,6 +32,13 @@ from lightning_episodes.commands._common import (
     command_parser,
     probe_output,
     resolve_device,
+)
+from lightning_episodes.evaluation import (
+    RESULTS_FILE,
+    SCORES_FILE,
+    DifficultyTable,
+    checkpoint_datamodule,
+    score_episodes,
 )
 
 #: The legend printed under the Markdown table.

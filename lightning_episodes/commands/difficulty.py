@@ -14,7 +14,6 @@ from typing import Any
 import numpy as np
 import yaml
 
-from lightning_episodes.analysis.scoring import Split, checkpoint_datamodule, score_episodes
 from lightning_episodes.commands._common import (
     add_allowed_modules_argument,
     add_device_argument,
@@ -25,6 +24,7 @@ from lightning_episodes.commands._common import (
     resolve_device,
 )
 from lightning_episodes.data.datamodule import EpisodicDataModule
+from lightning_episodes.evaluation.scoring import Split, checkpoint_datamodule, score_episodes
 
 DESCRIPTION = """\
 Score fixed episodes with a checkpoint and write one CSV row per episode: its identity (classes, support

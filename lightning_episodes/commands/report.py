@@ -14,15 +14,9 @@ from typing import Any
 
 import yaml
 
-from lightning_episodes.analysis.report import (
-    RESULTS_FILE,
-    BoldWithin,
-    build_table,
-    find_results,
-    read_result,
-    runs_markdown,
-)
+from lightning_episodes.analysis.report import BoldWithin, build_table, find_results, read_result, runs_markdown
 from lightning_episodes.commands._common import arguments, command_parser, probe_output
+from lightning_episodes.evaluation.record import RESULTS_FILE
 
 
 def parser() -> Any:

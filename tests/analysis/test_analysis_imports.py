@@ -1,5 +1,6 @@
-"""`lightning_episodes.analysis` is a library of statistics, tables and scoring: the command-line programs built on
-it live in `lightning_episodes.commands`, and no import runs back from the library to them."""
+"""`lightning_episodes.analysis` is a library of statistics and reports: the command-line programs built on it live
+in `lightning_episodes.commands`, and no import runs back from the library to them. Scoring and the per-episode
+tables moved to `lightning_episodes.evaluation`; their old import paths still work."""
 
 from __future__ import annotations
 
@@ -28,3 +29,15 @@ def test_an_analysis_module_imports_no_command_line(path: Path) -> None:
     imported = _imports(path)
     assert not {name for name in imported if name.split(".")[0] in FORBIDDEN or name.startswith(FORBIDDEN)}
     assert "main" not in {node.name for node in ast.parse(path.read_text()).body if isinstance(node, ast.FunctionDef)}
+
+
+def test_the_names_that_moved_to_evaluation_still_import_from_analysis() -> None:
+    import lightning_episodes.analysis as analysis
+    import lightning_episodes.analysis.scoring as old_scoring
+    import lightning_episodes.analysis.tables as old_tables
+    import lightning_episodes.evaluation as evaluation
+
+    for name in ("DifficultyTable", "EpisodeRecord", "JoinedDifficulties", "join_on_episode"):
+        assert getattr(analysis, name) is getattr(evaluation, name) is getattr(old_tables, name)
+    for name in old_scoring.__all__:
+        assert getattr(old_scoring, name) is getattr(evaluation, name)

@@ -18,7 +18,7 @@ from scipy import stats
 from lightning_episodes import ProtoNet
 from lightning_episodes.algorithms.loading import load_episodic_module
 from lightning_episodes.analysis import DifficultyTable, EpisodeRecord, paired_difference
-from lightning_episodes.analysis.scoring import checkpoint_datamodule, score_episodes
+from lightning_episodes.evaluation.scoring import checkpoint_datamodule, score_episodes
 from tests.helpers import tiny_datamodule, tiny_trainer
 
 

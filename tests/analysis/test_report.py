@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import inspect
 import io
 import json
 import math
@@ -23,6 +24,7 @@ from lightning_episodes.analysis.report import (
     find_results,
     read_result,
     sampling_scheme,
+    scheme_of,
 )
 from lightning_episodes.callbacks import DifficultyWeightingCallback
 from lightning_episodes.commands.report import main
@@ -378,3 +380,46 @@ def test_best_step_and_convergence_by_hand(tmp_path: Path, capsys: pytest.Captur
         "| Mini-ImageNet, Conv-4, 5-way 1-shot | uniform (online) | 2 | 45.00 ± 1.00 | 45.00 | 300 | 900 | yes |",
     ]
     assert plot.read_bytes().startswith(b"\x89PNG"), "a PNG figure"
+
+
+def test_a_record_names_the_options_that_differ_from_its_own_defaults(tmp_path: Path) -> None:
+    """A record carries the defaults of the callback that ran (``sampling_defaults``, a subclass's own): an option at
+    that default is not named, whatever today's callback's default; a record without them is read with
+    ``LEGACY_SAMPLING_DEFAULTS``."""
+    record = sampling(target="uniform", decay=0.5, warmup_steps=50)
+    own = {**DEFAULTS, "decay": 0.5}  # e.g. a subclass whose default decay is 0.5
+    row = read_result(write_run(tmp_path / "own", 0.5, 0.01, sampling=record, sampling_defaults=own)).row
+    assert row.options == (("warmup_steps", "50"),)
+    row = read_result(write_run(tmp_path / "legacy", 0.5, 0.01, sampling=record)).row
+    assert row.options == (("decay", "0.5"), ("warmup_steps", "50"))
+
+
+def test_the_legacy_defaults_are_this_versions_callback_defaults() -> None:
+    """The defaults that older records were written with. When a default of the callback changes, this table keeps
+    the old value (older records were written with it) and this test lists the difference."""
+    from lightning_episodes.evaluation.record import LEGACY_SAMPLING_DEFAULTS
+
+    assert dict(LEGACY_SAMPLING_DEFAULTS) == {
+        name: parameter.default
+        for name, parameter in inspect.signature(DifficultyWeightingCallback.__init__).parameters.items()
+        if parameter.default is not inspect.Parameter.empty
+    }
+
+
+def test_the_writer_records_the_defaults_of_the_callback_that_ran() -> None:
+    from types import SimpleNamespace
+
+    from lightning_episodes.callbacks.test_results import sampling_defaults, sampling_record
+
+    class Slow(DifficultyWeightingCallback):
+        def __init__(self, decay: float = 0.5, **kwargs: Any) -> None:
+            super().__init__(decay=decay, **kwargs)
+
+    trainer: Any = SimpleNamespace(callbacks=[Slow(warmup_steps=50)])
+    defaults = sampling_defaults(trainer)
+    assert defaults == {**DEFAULTS, "decay": 0.5}
+    record = sampling_record(trainer)
+    assert record is not None
+    assert defaults is not None
+    assert scheme_of(record, defaults) == ("uniform", "online", (("warmup_steps", "50"),))  # decay is at its default
+    assert sampling_defaults(SimpleNamespace(callbacks=[])) is None  # type: ignore[arg-type]

@@ -12,7 +12,7 @@ import torch
 from lightning_episodes import Episode, EpisodeIdentity, EpisodicDataModule, EpisodicModule, ProtoNet
 from lightning_episodes.algorithms import ANIL, MAML
 from lightning_episodes.analysis import DifficultyTable, join_on_episode
-from lightning_episodes.analysis.scoring import score_episodes, scoring_identities
+from lightning_episodes.evaluation.scoring import score_episodes, scoring_identities
 from lightning_episodes.models import set_eval_batch_norm
 from tests.helpers import tiny_datamodule
 

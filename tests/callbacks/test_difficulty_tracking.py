@@ -16,8 +16,8 @@ from pytorch_lightning.callbacks import Callback
 from lightning_episodes import ProtoNet
 from lightning_episodes.algorithms.loading import load_episodic_module
 from lightning_episodes.analysis import extreme_episodes, lines_cross
-from lightning_episodes.analysis.scoring import score_episodes
 from lightning_episodes.callbacks.difficulty_tracking import DifficultyTrackingCallback
+from lightning_episodes.evaluation.scoring import score_episodes
 from tests.helpers import tiny_datamodule, tiny_trainer
 
 EPISODES = 9

@@ -237,7 +237,7 @@ class SyncFreeSteps(pl.Callback):
 def test_cuda_whole_step_with_the_guard_does_not_synchronise_between_reads(cuda_graphs: bool) -> None:
     strict = SyncFreeSteps(every=5)
     trainer = tiny_trainer(
-        accelerator="cuda", max_steps=12, limit_val_batches=0, log_every_n_steps=4, callbacks=[strict]
+        accelerator="cuda", max_steps=12, limit_val_batches=0, log_every_n_steps=4, callbacks=[strict, NonFiniteGuard()]
     )
     try:
         trainer.fit(_fused_protonet(cuda_graphs=cuda_graphs), tiny_datamodule())

@@ -16,8 +16,15 @@ from torch import Tensor
 
 from lightning_episodes import ProtoNet
 from lightning_episodes.algorithms.base import EpisodeOutput
-from lightning_episodes.callbacks import NonFiniteError, NonFiniteGuard
-from lightning_episodes.callbacks.nonfinite import any_nonfinite, nonfinite_flags, nonfinite_suspicion
+from lightning_episodes.algorithms.nonfinite import any_nonfinite, nonfinite_flags, nonfinite_suspicion
+from lightning_episodes.callbacks import (
+    DifficultyWeightingCallback,
+    NonFiniteError,
+    NonFiniteGuard,
+    ResumableCheckpoint,
+    TestResultsWriter,
+    default_callbacks,
+)
 from lightning_episodes.cli import main
 from lightning_episodes.data.episode import Episode
 from tests.helpers import tiny_datamodule, tiny_trainer
@@ -130,14 +137,39 @@ def test_a_buffer_replaced_during_training_is_checked() -> None:
         trainer.fit(ProtoNet(image_size=16), tiny_datamodule())
 
 
-def test_the_guard_is_always_there_and_a_listed_one_is_kept() -> None:
+def test_the_module_adds_no_callback_and_default_callbacks_adds_those_missing() -> None:
     trainer = tiny_trainer(max_steps=1, limit_val_batches=0)
     trainer.fit(ProtoNet(image_size=16), tiny_datamodule())
-    assert [type(cb).__name__ for cb in trainer.callbacks if isinstance(cb, NonFiniteGuard)] == ["NonFiniteGuard"]
+    assert not [cb for cb in trainer.callbacks if isinstance(cb, NonFiniteGuard | TestResultsWriter)]
+    assert [type(cb) for cb in default_callbacks()] == [NonFiniteGuard, TestResultsWriter]
     mine = NonFiniteGuard(max_consecutive=7)
-    trainer = tiny_trainer(max_steps=1, limit_val_batches=0, callbacks=[mine])
-    trainer.fit(ProtoNet(image_size=16), tiny_datamodule())
-    assert [cb for cb in trainer.callbacks if isinstance(cb, NonFiniteGuard)] == [mine]
+    assert [type(cb) for cb in default_callbacks([mine])] == [TestResultsWriter]
+
+    class Writer(TestResultsWriter):  # a subclass counts as one
+        pass
+
+    assert default_callbacks([Writer(), mine]) == []
+
+
+def test_the_command_line_adds_the_missing_default_callbacks_before_the_checkpoint() -> None:
+    data = ["--config=configs/quickstart.yaml", "--data.dataset=tiny", "--data.image_size=16", "--trainer.logger=false"]
+    cli = main(data, run=False)
+    kinds = [type(cb) for cb in cli.trainer.callbacks]
+    assert [kind for kind in kinds if kind in (NonFiniteGuard, TestResultsWriter, ResumableCheckpoint)] == [
+        NonFiniteGuard, TestResultsWriter, ResumableCheckpoint,
+    ]  # fmt: skip
+    # a listed guard is kept with its options, and not doubled; the weighting callback runs before both defaults
+    listed = [
+        "--config=configs/sampling/uniform_online.yaml",
+        "--trainer.callbacks+=lightning_episodes.callbacks.NonFiniteGuard",
+    ]
+    cli = main([*data, *listed, "--trainer.callbacks.max_consecutive=2"], run=False)
+    ours = [cb for cb in cli.trainer.callbacks if isinstance(cb, NonFiniteGuard | TestResultsWriter)]
+    assert [(type(cb), getattr(cb, "max_consecutive", None)) for cb in ours] == [
+        (NonFiniteGuard, 2), (TestResultsWriter, None),
+    ]  # fmt: skip
+    kinds = [type(cb) for cb in cli.trainer.callbacks]
+    assert kinds.index(DifficultyWeightingCallback) < kinds.index(TestResultsWriter) < kinds.index(ResumableCheckpoint)
 
 
 def _cli_fit(tmp_path: Path, lr: float, sampling: str | None) -> list[str]:
@@ -208,7 +240,7 @@ def test_evaluating_a_nonfinite_model_is_an_error(tmp_path: Path, stage: str, br
             model.backbone.blocks[2].conv.weight[0, 0, 0, 0] = float("nan")
         elif broken == "buffer":
             model.backbone.blocks[1].norm.running_var[3] = float("inf")
-    trainer = tiny_trainer(logger=CSVLogger(tmp_path))
+    trainer = tiny_trainer(logger=CSVLogger(tmp_path), callbacks=default_callbacks())
     expected = {
         "parameter": r"non-finite parameters \(backbone.blocks.2.conv.weight\)",
         "buffer": r"non-finite buffers \(backbone.blocks.1.norm.running_var\)",
@@ -230,7 +262,8 @@ def _ddp_skip(rank_with_nan: int) -> None:
             guard = next(cb for cb in trainer.callbacks if isinstance(cb, NonFiniteGuard))
             assert guard.skipped_steps == 1, guard.skipped_steps
 
-    trainer = tiny_trainer(devices=2, callbacks=[NaNGradientAt({2}, rank=rank_with_nan), Check()], limit_val_batches=0)
+    callbacks = [NaNGradientAt({2}, rank=rank_with_nan), Check(), NonFiniteGuard()]
+    trainer = tiny_trainer(devices=2, callbacks=callbacks, limit_val_batches=0)
     trainer.fit(ProtoNet(image_size=16), tiny_datamodule())
 
 

@@ -14,9 +14,14 @@ import torch
 from pytorch_lightning.loggers import CSVLogger
 
 from lightning_episodes import ProtoNet
-from lightning_episodes.analysis import DifficultyTable
-from lightning_episodes.analysis.scoring import score_episodes, scoring_identities
-from lightning_episodes.callbacks.test_results import RESULTS_FILE, SCORES_FILE
+from lightning_episodes.callbacks import TestResultsWriter
+from lightning_episodes.evaluation import (
+    RESULTS_FILE,
+    SCORES_FILE,
+    DifficultyTable,
+    score_episodes,
+    scoring_identities,
+)
 from tests.helpers import tiny_cli_options, tiny_datamodule, tiny_trainer
 
 
@@ -37,7 +42,9 @@ def _tested(tmp_path: Path, **trainer_options: object) -> tuple[ProtoNet, Path]:
     torch.manual_seed(0)
     model = ProtoNet(in_channels=1, image_size=16, backbone_options={"hidden": 8})
     datamodule = tiny_datamodule(eval_episodes_per_batch=7)  # 30 test episodes: 4 full batches and one of 2
-    trainer = tiny_trainer(max_steps=3, logger=CSVLogger(tmp_path), limit_val_batches=0, **trainer_options)
+    trainer = tiny_trainer(
+        max_steps=3, logger=CSVLogger(tmp_path), limit_val_batches=0, callbacks=[TestResultsWriter()], **trainer_options
+    )
     trainer.fit(model, datamodule=datamodule)
     trainer.test(model, datamodule=datamodule)
     return model, Path(trainer.log_dir or "")
@@ -75,7 +82,7 @@ def test_a_test_on_other_loaders_leaves_no_table(tmp_path: Path) -> None:
     assert (folder / SCORES_FILE).is_file()
     datamodule = tiny_datamodule(eval_episodes_per_batch=7)
     datamodule.setup("test")
-    trainer = tiny_trainer(logger=CSVLogger(tmp_path, version=folder.name))  # the same log folder
+    trainer = tiny_trainer(logger=CSVLogger(tmp_path, version=folder.name), callbacks=[TestResultsWriter()])
     episodes = [datamodule.assemble(batch, dtype=torch.float32) for batch in datamodule.test_dataloader()]
     trainer.test(model, dataloaders=Batches(episodes))  # no data module: which episodes these are is unknown
     assert (folder / RESULTS_FILE).is_file()

@@ -94,7 +94,7 @@ def test_best_without_a_fit_is_a_clear_error(tmp_path: Path, capsys: pytest.Capt
 
 
 def test_the_scenario_hash_ignores_the_training_seed_only() -> None:
-    from lightning_episodes.callbacks.test_results import scenario_hash as _scenario_hash
+    from lightning_episodes.evaluation.record import scenario_hash as _scenario_hash
 
     hparams = {"backbone": "conv4", "distance": "euclidean"}
     data = {"dataset": "glyphs", "ways": 5, "shots": 1, "seed": 0, "train_seed": 0}

@@ -16,8 +16,8 @@ import yaml
 
 from lightning_episodes.analysis import DifficultyTable, PairedDifference, paired_difference
 from lightning_episodes.analysis.report import combine, format_cell, read_result
-from lightning_episodes.callbacks.test_results import SCORES_FILE
 from lightning_episodes.cli import entry, run_tool
+from lightning_episodes.evaluation import SCORES_FILE
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -21,7 +21,7 @@ import torch
 import yaml
 
 from lightning_episodes.analysis import DifficultyTable
-from lightning_episodes.callbacks.test_results import SCORES_FILE
+from lightning_episodes.evaluation import SCORES_FILE
 
 ROOT = Path(__file__).resolve().parents[2]
 CLI = str(Path(sys.executable).parent / "lightning-episodes")

@@ -16,9 +16,9 @@ import yaml
 from lightning_episodes import ProtoNet
 from lightning_episodes.algorithms.loading import load_episodic_module
 from lightning_episodes.analysis import DifficultyTable
-from lightning_episodes.analysis.scoring import score_episodes
 from lightning_episodes.cli import entry, run_tool
 from lightning_episodes.commands.difficulty import main
+from lightning_episodes.evaluation.scoring import score_episodes
 from tests.helpers import tiny_datamodule, tiny_trainer
 
 

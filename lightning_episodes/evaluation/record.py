@@ -1,0 +1,163 @@
+"""The record of a test run: its files, their names and their fields, defined once.
+
+A test writes, into the logger's folder (:class:`~lightning_episodes.callbacks.TestResultsWriter`):
+
+- :data:`RESULTS_FILE` (``test_results.json``): the fields of :func:`results_record`;
+- :data:`SCORES_FILE` (``test_episodes.csv``): each test episode's identity, difficulty and accuracy, a
+  :class:`~lightning_episodes.evaluation.DifficultyTable` (:func:`scores_table`);
+
+and LightningCLI saves the run's configuration beside them as :data:`CONFIG_FILE` (``config.yaml``).
+``lightning-episodes report`` reads the records (:mod:`lightning_episodes.analysis.report`), ``compare`` the records
+and the tables.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Final
+
+import torch
+
+from lightning_episodes.algorithms.loading import read_checkpoint
+from lightning_episodes.algorithms.metrics import ScoredEpisodes
+from lightning_episodes.data.datamodule import EpisodicDataModule
+from lightning_episodes.evaluation.scoring import scoring_identities
+from lightning_episodes.evaluation.tables import DifficultyTable
+
+__all__ = [
+    "CONFIG_FILE",
+    "LEGACY_SAMPLING_DEFAULTS",
+    "RESULTS_FILE",
+    "SCORES_FILE",
+    "checkpoint_step",
+    "plain",
+    "scenario_hash",
+    "results_record",
+    "scores_table",
+]
+
+#: The record of a test: the fields of :func:`results_record`, as JSON.
+RESULTS_FILE: Final = "test_results.json"
+#: Each test episode's identity, difficulty and accuracy (a :class:`~lightning_episodes.evaluation.DifficultyTable`).
+SCORES_FILE: Final = "test_episodes.csv"
+#: The run's configuration, saved by LightningCLI beside the record.
+CONFIG_FILE: Final = "config.yaml"
+
+#: The weighting callback's defaults for records that do not carry their own ``sampling_defaults`` (written before
+#: they did, or read from a ``config.yaml`` alone): the defaults of the versions that wrote them. A record written
+#: now names the defaults of the callback that ran (:func:`results_record`), so a default changed later does not
+#: relabel older runs.
+LEGACY_SAMPLING_DEFAULTS: Final[Mapping[str, Any]] = {
+    "target": "uniform",
+    "decay": 0.9,
+    "warmup_steps": 100,
+    "support_sigmas": 2.58,
+    "out_of_support": "zero",
+    "normalization": "ess",
+    "update": "episode",
+    "estimate": "online",
+    "proposal": "normal",
+    "window": 1000,
+    "running_decay": 0.99,
+    "shuffle_weights": False,
+    "seed": 0,
+    "log_grad_norm": False,
+    "reference_checkpoint": None,
+    "offline_episodes": 1000,
+    "histogram_every_n_steps": 0,
+    "name": "",
+    "mode": "reweight",
+    "pool": 4,
+    "replacement": True,
+}
+
+
+def plain(values: Mapping[str, Any]) -> dict[str, Any]:
+    """The JSON-friendly (scalar) entries of a hyper-parameter dict."""
+    return {k: v for k, v in values.items() if isinstance(v, int | float | str | bool) or v is None}
+
+
+def scenario_hash(hparams: Mapping[str, Any], data: Mapping[str, Any]) -> str:
+    """Identifies a scenario: the same model and data settings give the same hash, whatever the seed of the
+    training episodes (``data.train_seed``; runs of one scenario with different seeds share it)."""
+    scenario = [dict(hparams), {key: value for key, value in data.items() if key != "train_seed"}]
+    return hashlib.sha256(json.dumps(scenario, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def checkpoint_step(ckpt_path: str | Path | None) -> int:
+    """The global step recorded in ``ckpt_path`` (0 without one): the step of the weights a ``test`` alone evaluates,
+    whose Trainer has not trained."""
+    if not ckpt_path:
+        return 0
+    return int(read_checkpoint(ckpt_path).get("global_step") or 0)
+
+
+def results_record(
+    results: Mapping[str, float],
+    algorithm: str,
+    hparams: Mapping[str, Any],
+    data: Mapping[str, Any],
+    *,
+    eval_batch_norm: str | None,
+    global_step: int,
+    ckpt_path: str | Path | None,
+    seed: int | None,
+    sampling: Mapping[str, Any] | None,
+    sampling_defaults: Mapping[str, Any] | None,
+    trained_on: Mapping[str, Any] | None,
+    validation: list[list[float]],
+) -> dict[str, Any]:
+    """The fields of :data:`RESULTS_FILE`.
+
+    Args:
+        results: the module's logged ``test/acc``, ``test/acc_ci95``, ``test/loss`` and ``test/episodes``.
+        algorithm: the module's class name.
+        hparams: the module's hyper-parameters (only their scalars are kept).
+        data: the data module's hyper-parameters (only their scalars are kept).
+        eval_batch_norm: the batch norm at evaluation (``running``/``episode``).
+        global_step: the step of the tested weights.
+        ckpt_path: the tested checkpoint, if any.
+        seed: the run's ``seed_everything``, if any.
+        sampling: every option of the weighting callback (``None``: plain sampling).
+        sampling_defaults: the defaults of those options, so that a report names the options that differ.
+        trained_on: the data the model was trained on, as its checkpoint recorded it.
+        validation: ``[step, val/acc]`` of every validation of the fit, in step order.
+    """
+    hparams, data = plain(hparams), plain(data)
+    return {
+        "algorithm": algorithm,
+        "accuracy": results["test/acc"],
+        "ci95": results["test/acc_ci95"],
+        "loss": results["test/loss"],
+        "episodes": int(results["test/episodes"]),
+        "eval_batch_norm": eval_batch_norm,
+        "global_step": global_step,
+        "ckpt_path": None if ckpt_path is None else str(ckpt_path),
+        "seed": seed,
+        "sampling": None if sampling is None else dict(sampling),
+        "sampling_defaults": None if sampling_defaults is None else dict(sampling_defaults),
+        "trained_on": None if trained_on is None else dict(trained_on),
+        "hparams": hparams,
+        "data": data,
+        "config_hash": scenario_hash(hparams, data),
+        "validation": validation,
+    }
+
+
+def scores_table(datamodule: object, scores: ScoredEpisodes | None) -> DifficultyTable | None:
+    """A test's per-episode scores with the episodes' identities (:data:`SCORES_FILE`), or ``None`` if the test did
+    not score an :class:`~lightning_episodes.EpisodicDataModule`'s fixed test episodes ``0..n-1`` (another data
+    module, or ``limit_test_batches``)."""
+    if scores is None or not len(scores.episode_ids) or not isinstance(datamodule, EpisodicDataModule):
+        return None
+    count = len(scores.episode_ids)
+    if not torch.equal(scores.episode_ids, torch.arange(count)):
+        return None
+    identity = scoring_identities(datamodule, "test", count)
+    return DifficultyTable.from_arrays(
+        identity.episode_ids, identity.classes, identity.support_indices, identity.query_indices,
+        scores.difficulty, scores.accuracy,
+    )  # fmt: skip
