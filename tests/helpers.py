@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import io
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytorch_lightning as pl
+import torch
 from pytorch_lightning.strategies import DDPStrategy
 
 from lightning_episodes import EpisodicDataModule
@@ -66,3 +68,21 @@ def tiny_cli_options(folder: Path | str, **overrides: Any) -> list[str]:
     }
     options.update(overrides)
     return [f"--{key}={value}" for key, value in options.items()]
+
+
+def roundtrip(state: dict[str, Any]) -> dict[str, Any]:
+    """``state`` through ``torch.save`` and a ``weights_only`` load, as a checkpoint carries it (plain values and
+    CPU tensors only, or the load fails)."""
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    buffer.seek(0)
+    return torch.load(buffer, weights_only=True)
+
+
+def same_state(a: object, b: object) -> bool:
+    """Whether two (nested) state dicts hold the same keys, equal tensors and equal values."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same_state(a[k], b[k]) for k in a)
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        return torch.equal(a, b)
+    return a == b

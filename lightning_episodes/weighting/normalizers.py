@@ -250,26 +250,10 @@ def register_normalizer(name: str, normalizer: _NormalizerClass, *, overwrite: b
 def register_normalizer(
     name: str, normalizer: _NormalizerClass | None = None, *, overwrite: bool = False
 ) -> _NormalizerClass | Callable[[_NormalizerClass], _NormalizerClass]:
-    """Registers a :class:`Normalizer` subclass under ``name``, so configs can write ``normalization: <name>``.
-
-    Use it as a call, or as a class decorator when ``normalizer`` is omitted; the weighting callback builds the
-    class with :meth:`Normalizer.from_options`.
-
-    Args:
-        name: the name configs use. Built-in names cannot be replaced.
-        normalizer: a :class:`Normalizer` subclass; ``None`` returns a decorator.
-        overwrite: allow replacing a custom normaliser already registered under ``name``.
-
-    Returns:
-        ``normalizer`` unchanged, or a class decorator.
-
-    Raises:
-        ValueError: if ``name`` is empty, built-in, or taken and ``overwrite`` is false.
-        TypeError: if ``normalizer`` is not a :class:`Normalizer` subclass.
-    """
-    if normalizer is None:
-        return lambda cls: NORMALIZER_REGISTRY.register(name, cls, overwrite)
-    return NORMALIZER_REGISTRY.register(name, normalizer, overwrite)
+    """Registers a :class:`Normalizer` subclass under ``name`` (configs then write ``normalization: <name>``), like
+    :func:`~lightning_episodes.weighting.register_proposal`; the weighting callback builds it with
+    :meth:`Normalizer.from_options`."""
+    return NORMALIZER_REGISTRY.register_or_decorate(name, normalizer, overwrite)
 
 
 def available_normalizers() -> tuple[str, ...]:
@@ -278,13 +262,6 @@ def available_normalizers() -> tuple[str, ...]:
 
 
 def make_normalizer(normalization: str, **options: Any) -> Normalizer:
-    """Builds the normaliser named ``normalization`` (one of :func:`available_normalizers`).
-
-    Args:
-        normalization: the registered name.
-        **options: among :data:`NORMALIZER_OPTIONS`; each class takes those it uses.
-
-    Raises:
-        ValueError: if ``normalization`` is unknown.
-    """
-    return NORMALIZER_REGISTRY[normalization].from_options(**options)
+    """The normaliser named ``normalization`` (one of :func:`available_normalizers`, else a ``ValueError``), built
+    from the options of :data:`NORMALIZER_OPTIONS` it uses."""
+    return NORMALIZER_REGISTRY.build(normalization, **options)

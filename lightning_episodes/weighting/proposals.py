@@ -302,27 +302,12 @@ def register_proposal(name: str, proposal: _ProposalClass, *, overwrite: bool = 
 def register_proposal(
     name: str, proposal: _ProposalClass | None = None, *, overwrite: bool = False
 ) -> _ProposalClass | Callable[[_ProposalClass], _ProposalClass]:
-    """Registers a :class:`Proposal` subclass under ``name``, so configs can write ``proposal: <name>``.
-
-    Use it as a call, or as a class decorator when ``proposal`` is omitted. The weighting callback builds the
-    class with :meth:`Proposal.from_options` and the misfit warning scores it with
-    :meth:`Proposal.heldout_log_likelihood`.
-
-    Args:
-        name: the name configs use. Built-in names cannot be replaced.
-        proposal: a :class:`Proposal` subclass; ``None`` returns a decorator.
-        overwrite: allow replacing a custom proposal already registered under ``name``.
-
-    Returns:
-        ``proposal`` unchanged, or a class decorator.
-
-    Raises:
-        ValueError: if ``name`` is empty, built-in, or taken and ``overwrite`` is false.
-        TypeError: if ``proposal`` is not a :class:`Proposal` subclass.
+    """Registers a :class:`Proposal` subclass under ``name`` (configs then write ``proposal: <name>``): as a call,
+    or as a class decorator when ``proposal`` is omitted. Built-in names cannot be replaced, a custom one only with
+    ``overwrite``; anything but a :class:`Proposal` subclass is a ``TypeError``. The weighting callback builds it
+    with :meth:`Proposal.from_options`, and the misfit warning scores it with :meth:`Proposal.heldout_log_likelihood`.
     """
-    if proposal is None:
-        return lambda cls: PROPOSAL_REGISTRY.register(name, cls, overwrite)
-    return PROPOSAL_REGISTRY.register(name, proposal, overwrite)
+    return PROPOSAL_REGISTRY.register_or_decorate(name, proposal, overwrite)
 
 
 def available_proposals() -> tuple[str, ...]:
@@ -331,13 +316,6 @@ def available_proposals() -> tuple[str, ...]:
 
 
 def make_proposal(proposal: str, **options: Any) -> Proposal:
-    """Builds the proposal named ``proposal`` (one of :func:`available_proposals`) with its options.
-
-    Args:
-        proposal: the registered name.
-        **options: among :data:`PROPOSAL_OPTIONS`; each class takes those it uses (:meth:`Proposal.from_options`).
-
-    Raises:
-        ValueError: if ``proposal`` is unknown.
-    """
-    return PROPOSAL_REGISTRY[proposal].from_options(**options)
+    """The proposal named ``proposal`` (one of :func:`available_proposals`, else a ``ValueError``), built from the
+    options of :data:`PROPOSAL_OPTIONS` it uses."""
+    return PROPOSAL_REGISTRY.build(proposal, **options)

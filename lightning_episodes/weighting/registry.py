@@ -61,6 +61,20 @@ class Registry(Generic[V]):
         self._entries[name] = entry = self.convert(value)
         return entry
 
+    def register_or_decorate(self, name: str, value: Any | None, overwrite: bool) -> Any:
+        """:meth:`register` ``value`` and return it unchanged, or (``value`` is ``None``) a class decorator that does.
+
+        The ``register_*`` functions' common form: ``register_x("name", cls)`` or ``@register_x("name")``.
+        """
+        if value is None:
+            return lambda cls: self.register_or_decorate(name, cls, overwrite)
+        self.register(name, value, overwrite)
+        return value
+
+    def build(self, name: str, **options: Any) -> Any:
+        """The entry ``name`` built with ``from_options(**options)`` (entries that are classes with that method)."""
+        return self[name].from_options(**options)  # type: ignore[attr-defined]
+
     def names(self) -> tuple[str, ...]:
         """The names, built-in ones first."""
         return tuple(self._entries)

@@ -15,7 +15,7 @@ import torch
 from lightning_episodes import ProtoNet
 from lightning_episodes.callbacks import DifficultyWeightingCallback
 from lightning_episodes.weighting import available_normalizers, available_proposals
-from tests.helpers import tiny_datamodule, tiny_trainer
+from tests.helpers import same_state, tiny_datamodule, tiny_trainer
 
 WARMUP, STEPS = 2, 4
 
@@ -80,14 +80,6 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def _same_state(a: object, b: object) -> bool:
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(_same_state(a[k], b[k]) for k in a)
-    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
-        return torch.equal(a, b)
-    return a == b
-
-
 def _registry_cases() -> dict[str, dict[str, Any]]:
     """Every registered proposal and normaliser at least once (``online`` covers ``normal`` and ``ess``), the
     proposals in turn; the first case also shuffles (the placebo)."""
@@ -118,7 +110,7 @@ def test_two_processes_match_one(tmp_path: Path, reference: Path, case: str) -> 
     for key in ("weights", "difficulties", "mu", "variance", "grad"):
         for ours, theirs in zip(double[0]["records"], double[1]["records"], strict=True):
             assert torch.equal(torch.as_tensor(ours[key]), torch.as_tensor(theirs[key])), key
-    assert _same_state(double[0]["state"], double[1]["state"])
+    assert same_state(double[0]["state"], double[1]["state"])
 
     # and they equal one process on the same global batch
     deviations: dict[str, float] = {}

@@ -8,10 +8,8 @@ here (DDP: ``tests/callbacks/test_ddp.py``'s cases are built from the registry).
 
 from __future__ import annotations
 
-import io
 import math
 from collections.abc import Callable
-from typing import Any
 
 import pytest
 import torch
@@ -24,6 +22,7 @@ from lightning_episodes.weighting import (
     weighted_loss,
 )
 from lightning_episodes.weighting.normalizers import NORMALIZER_REGISTRY
+from tests.helpers import roundtrip, same_state
 
 WARMUP, STEPS, BATCH, WINDOW, DECAY = 3, 12, 8, 30, 0.5
 OPTIONS = {"window": WINDOW, "running_decay": DECAY}
@@ -81,21 +80,6 @@ def _loss(normalizer: Normalizer, w: torch.Tensor, losses: torch.Tensor) -> floa
     return float(weighted_loss(losses, step.weights, step.normalization, denominator=step.denominator).loss)
 
 
-def _roundtrip(state: dict[str, Any]) -> dict[str, Any]:
-    buffer = io.BytesIO()
-    torch.save(state, buffer)
-    buffer.seek(0)
-    return torch.load(buffer, weights_only=True)
-
-
-def _same(a: object, b: object) -> bool:
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
-    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
-        return torch.equal(a, b)
-    return a == b
-
-
 def test_every_normaliser_of_the_library_has_a_row() -> None:
     assert set(NAMES) == set(ROWS)
 
@@ -124,9 +108,9 @@ def test_a_resumed_normaliser_continues_exactly(name: str) -> None:
         if step < STEPS // 2:
             first.update(w, warmup=warmup)
     resumed = make_normalizer(name, **OPTIONS)
-    resumed.load_state_dict(_roundtrip(first.state_dict()))
-    assert _same(resumed.state_dict(), first.state_dict())
+    resumed.load_state_dict(roundtrip(first.state_dict()))
+    assert same_state(resumed.state_dict(), first.state_dict())
     for step, (w, loss, warmup) in enumerate(run[STEPS // 2 :], start=STEPS // 2):
         assert _loss(resumed, w, loss) == losses[step], step
         resumed.update(w, warmup=warmup)
-    assert _same(resumed.state_dict(), uninterrupted.state_dict())
+    assert same_state(resumed.state_dict(), uninterrupted.state_dict())

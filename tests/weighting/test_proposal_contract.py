@@ -9,7 +9,6 @@ are built from the registry).
 
 from __future__ import annotations
 
-import io
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ from lightning_episodes.weighting import (
     standard_normal_mass,
 )
 from lightning_episodes.weighting.proposals import PROPOSAL_REGISTRY
+from tests.helpers import roundtrip, same_state
 
 C = 2.58
 Z = standard_normal_mass(C)
@@ -117,21 +117,6 @@ def test_the_heldout_log_likelihood_is_scipys(name: str) -> None:
     assert PROPOSAL_REGISTRY[name].heldout_log_likelihood(train, test) == pytest.approx(expected, rel=1e-9)
 
 
-def _roundtrip(state: dict[str, Any]) -> dict[str, Any]:
-    buffer = io.BytesIO()
-    torch.save(state, buffer)
-    buffer.seek(0)
-    return torch.load(buffer, weights_only=True)  # plain values and CPU tensors only
-
-
-def _same(a: object, b: object) -> bool:
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
-    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
-        return torch.equal(a, b)
-    return a == b
-
-
 @pytest.mark.parametrize("name", NAMES)
 def test_a_resumed_proposal_continues_exactly(name: str) -> None:
     row = ROWS[name]
@@ -146,13 +131,13 @@ def test_a_resumed_proposal_continues_exactly(name: str) -> None:
             first.update(batch)
     assert (uninterrupted.ready, uninterrupted.steps) == (True, 10)
     resumed = _build(row)
-    resumed.load_state_dict(_roundtrip(first.state_dict()))
-    assert _same(resumed.state_dict(), first.state_dict())
+    resumed.load_state_dict(roundtrip(first.state_dict()))
+    assert same_state(resumed.state_dict(), first.state_dict())
     assert (resumed.ready, resumed.steps, resumed.support()) == (first.ready, first.steps, first.support())
     for step, batch in enumerate(steps[5:], start=5):
         assert torch.equal(resumed.weights(batch, target), weights[step]), step
         resumed.update(batch)
-    assert _same(resumed.state_dict(), uninterrupted.state_dict())
+    assert same_state(resumed.state_dict(), uninterrupted.state_dict())
     assert (resumed.location, resumed.scale, resumed.support()) == (
         uninterrupted.location,
         uninterrupted.scale,
