@@ -19,7 +19,7 @@ from scipy import stats
 from lightning_episodes.analysis._arrays import ArrayLike, as_indices, as_matrix, as_vector
 from lightning_episodes.analysis.correlation import paired_vectors, rank_correlation
 from lightning_episodes.analysis.normality import fit_normal
-from lightning_episodes.analysis.report import ResultsTable, RunResult
+from lightning_episodes.analysis.report import ResultsTable, RunResult, distinguish_protocols
 
 EASY_COLOR = "tab:blue"
 HARD_COLOR = "tab:red"
@@ -220,7 +220,7 @@ def plot_study(table: ResultsTable, runs: Sequence[RunResult]) -> Figure:
     Returns:
         The figure (pyplot-free; ``figure.savefig(path)`` renders it).
     """
-    columns = table.columns
+    columns, runs = table.columns, distinguish_protocols(runs)
     figure = Figure(figsize=(5.0 * max(1, len(columns)), 7.0), layout="constrained")
     axes = figure.subplots(2, max(1, len(columns)), squeeze=False)
     colours = {row: f"C{k}" for k, row in enumerate(table.rows)}

@@ -42,12 +42,13 @@ import statistics
 import warnings
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 
+from lightning_episodes.analysis.protocols import Protocol, distinguishing_settings, protocol_of
 from lightning_episodes.evaluation.record import CONFIG_FILE, LEGACY_SAMPLING_DEFAULTS, RESULTS_FILE
 
 BoldWithin = Literal["column", "scenario"]
@@ -126,23 +127,27 @@ class Row:
 
 @dataclass(frozen=True)
 class Column:
-    """A table column: the test dataset, the backbone and the evaluation episodes' ways and shots."""
+    """A table column: the test dataset, the backbone and the evaluation episodes' ways and shots, and ``setting``:
+    what sets its training protocol apart from the other protocols of the same benchmark in the table (see
+    :func:`distinguish_protocols`; empty when the benchmark has one)."""
 
     dataset: str
     backbone: str
     ways: int | None
     shots: int | None
     split: str = "test"
+    setting: str = ""
 
     @property
     def label(self) -> str:
         parts = [_DATASETS.get(self.dataset, self.dataset), _BACKBONES.get(self.backbone, self.backbone)]
         parts.append(f"{self.ways if self.ways else '?'}-way {self.shots if self.shots else '?'}-shot")
-        return ", ".join(parts) + ("" if self.split == "test" else f" ({self.split} split)")
+        label = ", ".join(parts) + ("" if self.split == "test" else f" ({self.split} split)")
+        return label + (f" [{self.setting}]" if self.setting else "")
 
     def key(self) -> tuple[Any, ...]:
         return (_rank(self.dataset, list(_DATASETS)), _rank(self.backbone, list(_BACKBONES)), self.ways or 0,
-                self.shots or 0, self.split != "test", self.split)  # fmt: skip
+                self.shots or 0, self.split != "test", self.split, self.setting)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -156,6 +161,8 @@ class RunResult:
     ci95: float
     episodes: int
     seed: tuple[Any, Any] | None = None
+    #: how it was trained (:func:`~lightning_episodes.analysis.protocols.protocol_of`)
+    protocol: Protocol = ()
     #: ``(step, validation accuracy)`` of every validation of the fit, in step order (older records: empty)
     validation: tuple[tuple[int, float], ...] = ()
 
@@ -304,7 +311,30 @@ def read_result(path: str | Path) -> RunResult:
         episodes=int(record.get("episodes", 0)),
         seed=None if isinstance(seed, bool) or seed is None else (seed, data.get("seed")),
         validation=tuple((int(step), float(accuracy)) for step, accuracy in record.get("validation") or []),
+        protocol=protocol_of(config, record),
     )
+
+
+def distinguish_protocols(results: Iterable[RunResult]) -> list[RunResult]:
+    """``results`` with each column's ``setting`` naming what sets its run's training protocol apart, wherever runs
+    of one benchmark were trained under different protocols (a learning-rate schedule, steps, backbone width, ...):
+    those are different columns, never seeds of one cell. Idempotent."""
+    results = list(results)
+    groups: dict[Column, list[Protocol]] = defaultdict(list)
+    for result in results:
+        protocols = groups[replace(result.column, setting="")]
+        if result.protocol not in protocols:
+            protocols.append(result.protocol)
+    settings = {
+        (column, protocol): setting
+        for column, protocols in groups.items()
+        for protocol, setting in zip(protocols, distinguishing_settings(protocols), strict=True)
+    }
+    distinguished = []
+    for result in results:
+        setting = settings[replace(result.column, setting=""), result.protocol]
+        distinguished.append(replace(result, column=replace(result.column, setting=setting)))
+    return distinguished
 
 
 def find_results(paths: Iterable[str | Path]) -> list[Path]:
@@ -318,7 +348,8 @@ def find_results(paths: Iterable[str | Path]) -> list[Path]:
 def _unique_seeds(results: Iterable[RunResult]) -> dict[tuple[Row, Column], list[RunResult]]:
     """Group runs by cell, keeping the newest record of each seed."""
     seen: dict[tuple[Any, ...], RunResult] = {}
-    for result in sorted(results, key=lambda r: (r.path.stat().st_mtime if r.path.exists() else 0.0, str(r.path))):
+    newest_last = sorted(results, key=lambda r: (r.path.stat().st_mtime if r.path.exists() else 0.0, str(r.path)))
+    for result in distinguish_protocols(newest_last):
         key = (result.row, result.column, result.seed if result.seed is not None else result.path)
         if key in seen:
             warnings.warn(f"{seen[key].path} and {result.path} are one seed of one cell: using the newer", stacklevel=3)
@@ -411,7 +442,8 @@ def runs_markdown(results: Iterable[RunResult]) -> str:
     """A Markdown table with a line per run that recorded its validation curve: its test accuracy, its best
     validation accuracy and step, its last validation step, and whether it converged (its best validation came
     before its last); empty if no run recorded a curve."""
-    runs = sorted((r for r in results if r.validation), key=lambda r: (r.column.key(), r.row.key(), str(r.seed)))
+    runs = [r for r in distinguish_protocols(results) if r.validation]
+    runs.sort(key=lambda r: (r.column.key(), r.row.key(), str(r.seed)))
     if not runs:
         return ""
     lines = [

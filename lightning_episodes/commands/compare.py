@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from lightning_episodes.analysis.paired import paired_difference
+from lightning_episodes.analysis.protocols import distinguishing_settings
 from lightning_episodes.analysis.report import RunResult, combine, find_results, format_cell, read_result
 from lightning_episodes.commands._common import (
     add_device_argument,
@@ -168,12 +169,16 @@ def compare_scenario(
         scored = [run_scores(run_record(seed / arm), count, device) for seed in folders]
         arms[arm] = ([table for table, _ in scored], [result for _, result in scored])
     results = arms[baseline][1] + arms[treatment][1]
+    first = results[0]
     for result in results[1:]:
-        if (result.column, result.row.algorithm) != (results[0].column, results[0].row.algorithm):
+        if (result.column, result.row.algorithm) != (first.column, first.row.algorithm):
             raise ValueError(
-                f"{scenario} mixes scenarios: {results[0].path} tests {results[0].row.algorithm} on "
-                f"{results[0].column.label}, {result.path} {result.row.algorithm} on {result.column.label}"
+                f"{scenario} mixes scenarios: {first.path} tests {first.row.algorithm} on "
+                f"{first.column.label}, {result.path} {result.row.algorithm} on {result.column.label}"
             )
+        if result.protocol != first.protocol:  # a paired difference of arms trained differently is not the scheme's
+            ours, theirs = distinguishing_settings([first.protocol, result.protocol])
+            raise ValueError(f"{scenario} mixes training protocols: {first.path} ({ours}), {result.path} ({theirs})")
     try:
         difference = paired_difference(arms[baseline][0], arms[treatment][0])
     except ValueError as error:  # its tables are numbered in seed order

@@ -209,3 +209,21 @@ def test_compare_names_a_run_without_test_record_or_checkpoint(
 def test_compare_rejects_a_non_positive_episode_count(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert entry(["compare", str(tmp_path), "--episodes", "0"]) == 2
     assert "lightning-episodes compare: error: --episodes must be >= 1, got 0" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_compare_refuses_arms_trained_under_different_protocols(
+    scenario: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    copy = tmp_path / scenario.name
+    shutil.copytree(scenario, copy)
+    config_path = next((copy / "seed0" / "uniform_online").rglob("config.yaml"))
+    config = yaml.safe_load(config_path.read_text())
+    config["model"]["init_args"]["lr_scheduler"] = {"class_path": "torch.optim.lr_scheduler.StepLR",
+                                                    "init_args": {"step_size": 3}}  # fmt: skip
+    config_path.write_text(yaml.safe_dump(config))
+    assert run_tool(["compare", str(copy)]) == 1
+    error = capsys.readouterr().err
+    assert f"{copy} mixes training protocols" in error
+    assert "(lr_scheduler=none)" in error
+    assert "(lr_scheduler=StepLR(step_size=3))" in error

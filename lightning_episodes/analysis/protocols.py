@@ -1,0 +1,93 @@
+"""The training protocol of a run, so that a report never pools runs trained differently into one cell.
+
+A run's table column names its benchmark (dataset, backbone, ways, shots); runs of one benchmark trained under
+different protocols (learning rate or its schedule, optimiser, backbone width, steps, queries, batch of episodes,
+validation) are different columns. :func:`protocol_of` reads the protocol from the run's ``config.yaml`` (or, without
+one, from its record), and :func:`distinguishing_settings` names, for each protocol of a benchmark, the settings in
+which it differs from the others: what a column label adds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+__all__ = ["Protocol", "distinguishing_settings", "protocol_of"]
+
+#: ``(setting, value)`` pairs, sorted: a hashable description of how a run was trained.
+Protocol = tuple[tuple[str, str], ...]
+
+#: data settings that do not change what a run learns or how it is tested (the seeds are the seed's, not the cell's)
+_DATA_IGNORED = frozenset(
+    {"seed", "train_seed", "root", "cache_dir", "download", "num_workers", "device_cache", "eval_episodes_per_batch"}
+)
+#: model settings that change speed or memory, not the numbers (beyond rounding)
+_MODEL_IGNORED = frozenset({"channels_last", "compile_backbone", "cuda_graphs"})
+#: the Trainer's settings that change what is trained or which checkpoint is tested
+_TRAINER_KEPT = (
+    "max_steps", "max_epochs", "accumulate_grad_batches", "precision", "gradient_clip_val", "gradient_clip_algorithm",
+    "val_check_interval", "check_val_every_n_epoch", "limit_train_batches", "limit_val_batches",
+)  # fmt: skip
+
+
+def _compact(value: Any) -> str:
+    """A value as a label shows it: ``StepLR(gamma=0.5, step_size=1000)`` for a ``class_path`` entry (its
+    arguments at their defaults included, as the config records them), ``{hidden=32}`` for a mapping."""
+    if isinstance(value, Mapping):
+        if "class_path" in value:
+            name = str(value["class_path"]).rsplit(".", 1)[-1]
+            arguments = value.get("init_args") or {}
+            return f"{name}({', '.join(f'{k}={_compact(v)}' for k, v in sorted(arguments.items()))})"
+        return "{" + ", ".join(f"{k}={_compact(v)}" for k, v in sorted(value.items())) + "}"
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_compact(v) for v in value) + "]"
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _arguments(section: Any) -> Mapping[str, Any]:
+    if not isinstance(section, Mapping):
+        return {}
+    arguments = section.get("init_args", section)
+    return arguments if isinstance(arguments, Mapping) else {}
+
+
+def protocol_of(config: Mapping[str, Any] | None, record: Mapping[str, Any]) -> Protocol:
+    """How the run was trained, from its LightningCLI ``config`` (every model and data argument but the seeds and
+    the speed-only ones, and the Trainer's length, precision, clipping and validation), or, without a config, from
+    the scalar ``hparams`` and ``data`` of its ``record``. The sampling callback is not part of it (it is the row)."""
+    settings: dict[str, str] = {}
+    if config:
+        model, data, trainer = (config.get(section) or {} for section in ("model", "data", "trainer"))
+        items = [(f"model.{k}", v) for k, v in _arguments(model).items() if k not in _MODEL_IGNORED]
+        items += [(f"data.{k}", v) for k, v in _arguments(data).items() if k not in _DATA_IGNORED]
+        if isinstance(trainer, Mapping):
+            items += [(f"trainer.{k}", trainer[k]) for k in _TRAINER_KEPT if k in trainer]
+    else:
+        items = [(f"model.{k}", v) for k, v in (record.get("hparams") or {}).items() if not k.startswith("_")]
+        items += [(f"data.{k}", v) for k, v in (record.get("data") or {}).items() if k not in _DATA_IGNORED]
+        items = [(k, v) for k, v in items if k.split(".", 1)[1] not in _MODEL_IGNORED]
+    settings.update((key, _compact(value)) for key, value in items)
+    return tuple(sorted(settings.items()))
+
+
+def distinguishing_settings(protocols: Sequence[Protocol]) -> list[str]:
+    """For each of ``protocols`` (the distinct protocols of one benchmark), the settings in which they differ, as
+    ``"lr_scheduler=StepLR(...), max_steps=3000"`` (the section prefix dropped; ``"–"`` for a setting a protocol
+    lacks); ``""`` for each when there is only one.
+
+    Example::
+
+        >>> distinguishing_settings([(("model.lr_scheduler", "none"), ("trainer.max_steps", "3000")),
+        ...                          (("model.lr_scheduler", "StepLR(step_size=1000)"), ("trainer.max_steps", "3000"))])
+        ['lr_scheduler=none', 'lr_scheduler=StepLR(step_size=1000)']
+    """
+    if len(set(protocols)) < 2:
+        return ["" for _ in protocols]
+    tables = [dict(protocol) for protocol in protocols]
+    keys = sorted({key for table in tables for key in table})
+    differing = [key for key in keys if len({table.get(key) for table in tables}) > 1]
+    return [", ".join(f"{key.split('.', 1)[-1]}={table.get(key, '–')}" for key in differing) for table in tables]

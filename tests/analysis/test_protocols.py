@@ -1,0 +1,118 @@
+"""A report never pools runs trained under different protocols into one cell (a learning-rate schedule, the
+backbone's width, the number of steps), and `compare` refuses to pair them; seeds of one protocol stay one cell."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from lightning_episodes.analysis.protocols import distinguishing_settings, protocol_of
+from lightning_episodes.analysis.report import build_table, distinguish_protocols, read_result, runs_markdown
+
+STEP = {"class_path": "torch.optim.lr_scheduler.StepLR", "init_args": {"step_size": 1000, "gamma": 0.5}}
+
+
+def config(seed: int, lr_scheduler: dict[str, Any] | None = None, hidden: int = 32, **data: Any) -> dict[str, Any]:
+    model = {"backbone": "conv4", "backbone_options": {"hidden": hidden}, "lr_scheduler": lr_scheduler}
+    model |= {"optimizer": {"class_path": "torch.optim.Adam", "init_args": {"lr": 0.001}}, "compile_backbone": False}
+    data = {"dataset": "glyphs-100", "ways": 5, "shots": 1, "seed": 0, "train_seed": seed, "num_workers": 0} | data
+    return {
+        "seed_everything": seed,
+        "trainer": {"max_steps": 3000, "val_check_interval": 300, "accelerator": "auto", "callbacks": []},
+        "model": {"class_path": "lightning_episodes.algorithms.ProtoNet", "init_args": model},
+        "data": {"class_path": "lightning_episodes.data.EpisodicDataModule", "init_args": data},
+    }
+
+
+def write(folder: Path, accuracy: float, cfg: dict[str, Any]) -> Path:
+    folder.mkdir(parents=True)
+    data = cfg["data"]["init_args"]
+    record = {"algorithm": "ProtoNet", "accuracy": accuracy, "ci95": 0.01, "episodes": 1000,
+              "hparams": {"backbone": "conv4", "distance": "euclidean"}, "seed": cfg["seed_everything"],
+              "data": {k: data[k] for k in ("dataset", "ways", "shots", "seed")}}  # fmt: skip
+    (folder / "test_results.json").write_text(json.dumps(record))
+    (folder / "config.yaml").write_text(yaml.safe_dump(cfg))
+    return folder / "test_results.json"
+
+
+def test_the_protocol_leaves_out_seeds_workers_and_speed_only_settings() -> None:
+    a = protocol_of(config(0, num_workers=0), {})
+    b = protocol_of(config(1, num_workers=4) | {"seed_everything": 1}, {})
+    assert a == b
+    settings = dict(a)
+    assert settings["model.backbone_options"] == "{hidden=32}"
+    assert settings["model.optimizer"] == "Adam(lr=0.001)"
+    assert settings["model.lr_scheduler"] == "none"
+    assert settings["trainer.max_steps"] == "3000"
+    assert not {
+        "data.seed",
+        "data.train_seed",
+        "data.num_workers",
+        "model.compile_backbone",
+        "trainer.accelerator",
+    } & set(settings)
+    assert dict(protocol_of(config(0, STEP), {}))["model.lr_scheduler"] == "StepLR(gamma=0.5, step_size=1000)"
+
+
+def test_without_a_config_the_record_gives_the_protocol() -> None:
+    record = {
+        "hparams": {"backbone": "conv4", "_class_path": "x", "channels_last": True},
+        "data": {"ways": 5, "seed": 3},
+    }
+    assert protocol_of(None, record) == (("data.ways", "5"), ("model.backbone", "conv4"))
+
+
+def test_distinguishing_settings_name_only_what_differs() -> None:
+    one = (("model.lr_scheduler", "none"), ("trainer.max_steps", "3000"))
+    two = (("model.lr_scheduler", "StepLR(step_size=1000)"), ("trainer.max_steps", "3000"))
+    three = (("model.lr_scheduler", "none"), ("trainer.max_steps", "3000"), ("data.queries", "15"))
+    assert distinguishing_settings([one]) == [""]
+    assert distinguishing_settings([one, one]) == ["", ""]
+    assert distinguishing_settings([one, two, three]) == [
+        "queries=–, lr_scheduler=none",
+        "queries=–, lr_scheduler=StepLR(step_size=1000)",
+        "queries=15, lr_scheduler=none",
+    ]
+
+
+def test_runs_of_two_schedules_are_two_columns_not_two_seeds(tmp_path: Path) -> None:
+    # seed 0 at a constant rate and seed 1 under a step schedule: before, one cell of "2 seeds", mean 50%
+    results = [
+        read_result(write(tmp_path / "constant" / "seed0", 0.55, config(0))),
+        read_result(write(tmp_path / "step" / "seed1", 0.45, config(1, STEP))),
+        read_result(write(tmp_path / "step" / "seed2", 0.47, config(2, STEP))),
+    ]
+    table = build_table(results)
+    assert [column.label for column in table.columns] == [
+        "Glyphs-100, Conv-4, 5-way 1-shot [lr_scheduler=StepLR(gamma=0.5, step_size=1000)]",
+        "Glyphs-100, Conv-4, 5-way 1-shot [lr_scheduler=none]",
+    ]
+    cells = [table.cells[table.rows[0], column] for column in table.columns]
+    assert [(cell.seeds, round(cell.mean, 4)) for cell in cells] == [(2, 0.46), (1, 0.55)]
+    assert distinguish_protocols(distinguish_protocols(results)) == distinguish_protocols(results)  # idempotent
+    assert runs_markdown(results) == ""  # no validation curves recorded: no runs table
+    assert "[lr_scheduler=none]" in table.to_markdown()
+
+
+def test_one_protocol_keeps_one_column_without_a_setting(tmp_path: Path) -> None:
+    results = [read_result(write(tmp_path / f"seed{s}", 0.5 + s / 100, config(s, hidden=64))) for s in range(3)]
+    table = build_table(results)
+    assert [column.label for column in table.columns] == ["Glyphs-100, Conv-4, 5-way 1-shot"]
+    assert table.cells[table.rows[0], table.columns[0]].seeds == 3
+
+
+@pytest.mark.parametrize(
+    ("other", "named"), [({"hidden": 64}, "backbone_options"), ({"lr_scheduler": STEP}, "lr_scheduler")]
+)
+def test_a_width_or_a_schedule_apart_splits_the_column(tmp_path: Path, other: dict[str, Any], named: str) -> None:
+    results = [
+        read_result(write(tmp_path / "a", 0.5, config(0))),
+        read_result(write(tmp_path / "b", 0.6, config(1, **other))),
+    ]
+    labels = [column.label for column in build_table(results).columns]
+    assert len(labels) == 2
+    assert all(f"[{named}=" in label for label in labels)
