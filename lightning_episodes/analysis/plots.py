@@ -8,6 +8,7 @@ with pyplot's global state or shown, and saving renders with the Agg backend
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 
 import numpy as np
@@ -235,7 +236,7 @@ def plot_study(table: ResultsTable, runs: Sequence[RunResult]) -> Figure:
         )
         top.tick_params(axis="x", labelsize=7)
         top.set_ylabel("test accuracy (%) ± 95% CI")
-        top.set_title(column.label)
+        top.set_title("\n".join(textwrap.wrap(column.label, 60)), fontsize=9)
         for run in runs:
             if run.column != column or not run.validation:
                 continue
