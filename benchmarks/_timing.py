@@ -7,6 +7,7 @@ medians over repeats, and prints the load average before and after with the thre
 
 from __future__ import annotations
 
+import argparse
 import os
 import platform
 import statistics
@@ -15,6 +16,29 @@ from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 import torch
+
+
+def add_round_arguments(parser: argparse.ArgumentParser, steps: int, skip: int) -> None:
+    """The options of a benchmark whose contenders take turns fitting: ``--device``, ``--threads`` (default 1),
+    ``--rounds`` (3), ``--steps`` per fit and ``--skip`` (steps left out at the start of each fit)."""
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of all contenders (default 3)")
+    parser.add_argument("--steps", type=int, default=steps, help=f"steps per fit (default {steps})")
+    parser.add_argument("--skip", type=int, default=skip, help=f"steps left out at the start of a fit (default {skip})")
+
+
+def round_settings(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, quick: tuple[int, int, int], min_skip: int
+) -> tuple[int, int, int]:
+    """``(rounds, steps, skip)`` of :func:`add_round_arguments`'s options, ``quick`` with ``--quick``; a skip below
+    ``min_skip``, fewer than 2 measured steps or ``--device cuda`` without CUDA is a parser error."""
+    rounds, steps, skip = quick if getattr(args, "quick", False) else (args.rounds, args.steps, args.skip)
+    if steps - skip < 2 or skip < min_skip:
+        parser.error(f"--skip must be >= {min_skip} and --steps exceed it by 2, got {steps} and {skip}")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: CUDA is not available")
+    return rounds, steps, skip
 
 
 def set_threads(threads: int | None) -> int:

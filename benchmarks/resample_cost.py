@@ -30,7 +30,7 @@ from typing import Any
 import pytorch_lightning as pl
 import torch
 
-from benchmarks._timing import machine, median, set_threads, table
+from benchmarks._timing import add_round_arguments, machine, median, round_settings, set_threads, table
 from lightning_episodes import EpisodicDataModule, ProtoNet
 from lightning_episodes.callbacks import DifficultyWeightingCallback
 
@@ -85,18 +85,10 @@ def fit(
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
-    parser.add_argument("--rounds", type=int, default=3, help="rounds of all contenders (default 3)")
-    parser.add_argument("--steps", type=int, default=45, help="steps per fit (default 45)")
-    parser.add_argument("--skip", type=int, default=5, help="steps left out at the start of each fit (default 5)")
+    add_round_arguments(parser, steps=45, skip=5)
     parser.add_argument("--quick", action="store_true", help="1 round of 8 steps (checks that it runs)")
     args = parser.parse_args(argv)
-    rounds, steps, skip = (1, 8, 3) if args.quick else (args.rounds, args.steps, args.skip)
-    if steps - skip < 2 or skip < 2:
-        parser.error(f"--skip must be >= 2 and --steps exceed it by 2, got {steps} and {skip}")
-    if args.device == "cuda" and not torch.cuda.is_available():
-        parser.error("--device cuda: CUDA is not available")
+    rounds, steps, skip = round_settings(parser, args, quick=(1, 8, 3), min_skip=2)
     set_threads(args.threads)
     print(f"Before: {machine()}")
     data = EpisodicDataModule(dataset="glyphs-hard", ways=5, shots=1, queries=5, episodes_per_batch=4, seed=0)

@@ -43,7 +43,7 @@ import pytorch_lightning as pl
 import torch
 from lightning_fabric.utilities.apply_func import move_data_to_device
 
-from benchmarks._timing import machine, median, set_threads, table
+from benchmarks._timing import add_round_arguments, machine, median, round_settings, set_threads, table
 from lightning_episodes import EpisodicDataModule, ProtoNet
 from lightning_episodes.algorithms.base import default_optimizer
 from lightning_episodes.algorithms.graphs import GraphedLosses
@@ -220,19 +220,6 @@ def trainer_loop(
 Round = list[tuple[float, tuple[float, float, float]]]  # each measured step's end and the Compute marks
 
 
-def weighted_loop(
-    dm: FixedBatches,
-    hidden: int,
-    device: str,
-    skip: int,
-    log_every: int,
-    folder: str,
-    weighting: tuple,
-    cuda_graphs: bool = False,
-) -> list[float]:
-    return trainer_loop(dm, hidden, device, skip, log_every, folder, weighting, cuda_graphs)
-
-
 def steps(rounds: list[Round]) -> tuple[list[float], list[float], list[tuple[float, float, float]]]:
     """Per-step wall times, host times (wall minus compute), and (compute, guard, weighting) seconds."""
     walls, hosts, parts = [], [], []
@@ -257,23 +244,15 @@ def run(contender: Callable[[str], list[float]], folder: str, skip: int) -> Roun
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    add_round_arguments(parser, steps=111, skip=10)
     parser.add_argument("--hidden", type=int, default=2, help="conv4 channels (default 2: a near-free model)")
-    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
-    parser.add_argument("--rounds", type=int, default=3, help="rounds of all contenders (default 3)")
-    parser.add_argument("--steps", type=int, default=111, help="steps per fit (default 111)")
-    parser.add_argument("--skip", type=int, default=10, help="steps left out at the start of each fit (default 10)")
     parser.add_argument("--episodes", type=int, default=16, help="episodes per step (default 16)")
     parser.add_argument("--log-every-n-steps", type=int, default=50, help="the Trainer's (default 50, Lightning's)")
     parser.add_argument("--only", default=None, help="comma-separated proposals/normalizations to keep (e.g. normal)")
     parser.add_argument("--cuda-graphs", action="store_true", help="also each contender with cuda_graphs (CUDA)")
     parser.add_argument("--quick", action="store_true", help="1 round of 14 steps (checks that it runs)")
     args = parser.parse_args(argv)
-    rounds, steps_per_fit, skip = (1, 14, 3) if args.quick else (args.rounds, args.steps, args.skip)
-    if steps_per_fit - skip < 2 or skip < 3:
-        parser.error(f"--skip must be >= 3 and --steps exceed it by 2, got {steps_per_fit} and {skip}")
-    if args.device == "cuda" and not torch.cuda.is_available():
-        parser.error("--device cuda: CUDA is not available")
+    rounds, steps_per_fit, skip = round_settings(parser, args, quick=(1, 14, 3), min_skip=3)
     if args.cuda_graphs and args.device != "cuda":
         parser.error("--cuda-graphs needs --device cuda")
     set_threads(args.threads)
@@ -288,7 +267,7 @@ def main(argv: list[str] | None = None) -> None:
     }
     for w in weighted:
         contenders["Trainer + " + "/".join(w)] = functools.partial(
-            weighted_loop, dm, args.hidden, args.device, skip, args.log_every_n_steps, weighting=w
+            trainer_loop, dm, args.hidden, args.device, skip, args.log_every_n_steps, weighting=w
         )
     if args.cuda_graphs:
         contenders["bare loop, cuda_graphs"] = lambda _: bare_loop(dm, args.hidden, args.device, skip, True)
@@ -297,7 +276,7 @@ def main(argv: list[str] | None = None) -> None:
         )
         for w in weighted:
             contenders["Trainer + " + "/".join(w) + ", cuda_graphs"] = functools.partial(
-                weighted_loop, dm, args.hidden, args.device, skip, args.log_every_n_steps, weighting=w, cuda_graphs=True
+                trainer_loop, dm, args.hidden, args.device, skip, args.log_every_n_steps, weighting=w, cuda_graphs=True
             )
     measured: dict[str, list[Round]] = {name: [] for name in contenders}
     with tempfile.TemporaryDirectory() as folder, timers():
