@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-.venv/bin/python}
 OUT=${OUT:-studies/converge}
 MODEL=configs/models/protonet_euclidean_conv4.yaml
-ARMS=${ARMS:-uniform_resample uniform_online_psis uniform_online_placebo uniform_resample_placebo}
+ARMS=${ARMS:-uniform_resample uniform_resample_placebo uniform_online_psis uniform_online_placebo}
 SCHEDULES=${SCHEDULES:-constant step}
 DATA=("${@:-glyphs_100_5w1s glyphs_hard_5w1s}")
 read -r -a DATA <<< "${DATA[*]}"
