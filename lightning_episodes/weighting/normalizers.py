@@ -17,7 +17,6 @@ the same result) to an :class:`~lightning_episodes.weighting.EpisodeWeights` for
 
 from __future__ import annotations
 
-import inspect
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
@@ -29,7 +28,7 @@ from torch import Tensor
 
 from lightning_episodes.weighting.diagnostics import gpd_fit, gpd_quantile, tail_size
 from lightning_episodes.weighting.loss import EpisodeWeights, stat_dtype
-from lightning_episodes.weighting.registry import Registry, subclass_of
+from lightning_episodes.weighting.registry import Registry, accepted_options, subclass_of
 
 __all__ = [
     "NORMALIZER_OPTIONS",
@@ -111,10 +110,10 @@ class Normalizer(ABC):
     def from_options(cls, **options: Any) -> Normalizer:
         """An instance built from the weighting callback's options, among :data:`NORMALIZER_OPTIONS`.
 
-        By default the class receives the options its ``__init__`` names; override this to build it otherwise.
+        By default the class receives the options its ``__init__`` names (every one if it takes ``**kwargs``);
+        override this to build it otherwise.
         """
-        parameters = inspect.signature(cls).parameters
-        return cls(**{name: value for name, value in options.items() if name in parameters})
+        return cls(**accepted_options(cls, options))
 
     @abstractmethod
     def normalize(self, weights: Tensor) -> EpisodeWeights:

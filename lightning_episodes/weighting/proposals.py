@@ -11,7 +11,6 @@ model's scores (:meth:`Proposal.fit`), and gives the importance weights of a tar
 
 from __future__ import annotations
 
-import inspect
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
@@ -21,7 +20,7 @@ import torch
 from torch import Tensor
 
 from lightning_episodes.weighting.estimator import DifficultyEstimator, difficulty_statistics
-from lightning_episodes.weighting.registry import Registry, subclass_of
+from lightning_episodes.weighting.registry import Registry, accepted_options, subclass_of
 from lightning_episodes.weighting.targets import Target
 from lightning_episodes.weighting.weights import (
     DEFAULT_SUPPORT_SIGMAS,
@@ -129,10 +128,7 @@ class Proposal(ABC):
         By default the class receives the options its ``__init__`` names (every one if it takes ``**kwargs``);
         override this to build it otherwise.
         """
-        parameters = inspect.signature(cls).parameters
-        if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
-            return cls(**options)
-        return cls(**{name: value for name, value in options.items() if name in parameters})
+        return cls(**accepted_options(cls, options))
 
     @classmethod
     def heldout_log_likelihood(cls, train: Tensor, test: Tensor) -> float:

@@ -7,12 +7,22 @@ and cannot be replaced, registered ones follow in registration order.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Iterator
 from typing import Any, Generic, TypeVar
 
-__all__ = ["Registry", "subclass_of"]
+__all__ = ["Registry", "accepted_options", "subclass_of"]
 
 V = TypeVar("V")
+
+
+def accepted_options(cls: type, options: dict[str, Any]) -> dict[str, Any]:
+    """The ``options`` that ``cls``'s constructor names (every one if it takes ``**kwargs``): what a registered
+    class's default ``from_options`` passes on."""
+    parameters = inspect.signature(cls).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return dict(options)
+    return {name: value for name, value in options.items() if name in parameters}
 
 
 def subclass_of(kind: str, base: type) -> Callable[[Any], Any]:

@@ -251,19 +251,7 @@ def register_target(
         >>> get_target("linear_hard")
         LinearHard()
     """
-
-    def _register(value: _TargetLike) -> _TargetLike:
-        _REGISTRY.register(name, value, overwrite)
-        return value
-
-    if target is None:
-
-        def decorator(cls: type[Target]) -> type[Target]:
-            _register(cls)
-            return cls
-
-        return decorator
-    return _register(target)
+    return _REGISTRY.register_or_decorate(name, target, overwrite)
 
 
 def available_targets() -> tuple[str, ...]:
