@@ -10,7 +10,12 @@ weights: above 0.7 the weights' variance is effectively infinite), ``weighting/s
 ``weighting/normality_p`` (the Shapiro-Wilk p-value of the callback's window of recent difficulties, up to ``window``
 = 1,000 of them: the paper's normal proposal assumes normality), the share of logged steps where normality is rejected
 at 5%. That window is far larger than the paper's 50-episode subsamples, so the test rejects small departures from
-normality there. Then it prints, per scenario and arm, the mean over seeds::
+normality there. Last, how far the model had specialised to its base classes when its tested checkpoint was saved:
+``train/acc`` (the training episodes' mean accuracy, base classes, over the logged steps since the validation before)
+minus ``val/acc`` (novel classes) at the validation nearest the tested checkpoint's step, in points. It compares like
+with like only for arms that train on plain samples (the baseline and the re-weighting arms, whose ``train/acc`` is
+unweighted); a resampling arm trains on episodes picked by their difficulty. Then it prints, per scenario and arm,
+the mean over seeds::
 
     python scripts/study_diagnostics.py runs/study --after 100
 """
@@ -36,9 +41,28 @@ TAGS = {
 }
 
 
+GAP = "base - novel accuracy (points)"
+
+
+def specialisation(events: EventAccumulator, best: float | None) -> float | None:
+    """``train/acc`` over the logged steps since the validation before minus ``val/acc``, in points, at the
+    validation nearest step ``best`` (the last validation without one); ``None`` without both scalars."""
+    scalars = events.Tags()["scalars"]
+    if "train/acc" not in scalars or "val/acc" not in scalars:
+        return None
+    validations = sorted((e.step, e.value) for e in events.Scalars("val/acc"))
+    index = len(validations) - 1
+    if best is not None:
+        index = min(range(len(validations)), key=lambda i: abs(validations[i][0] - best))
+    since = validations[index - 1][0] if index > 0 else -1
+    step, novel = validations[index]
+    base = [e.value for e in events.Scalars("train/acc") if since < e.step <= step]
+    return 100 * (statistics.fmean(base) - novel) if base else None
+
+
 def run_diagnostics(run: Path, after: int) -> dict[str, float] | None:
-    """Test accuracy (%), best step and the mean of each :data:`TAGS` scalar after step ``after`` (``None``: no
-    test record yet)."""
+    """Test accuracy (%), best step, the mean of each :data:`TAGS` scalar after step ``after`` and the base - novel
+    accuracy gap at the tested checkpoint (:func:`specialisation`); ``None``: no test record yet."""
     records = sorted(run.rglob("test_results.json"))
     if not records:
         return None
@@ -50,6 +74,9 @@ def run_diagnostics(run: Path, after: int) -> dict[str, float] | None:
     for folder in sorted({p.parent for p in run.rglob("events.out.tfevents.*")}):
         events = EventAccumulator(str(folder), size_guidance={"scalars": 0})
         events.Reload()
+        gap = specialisation(events, row.get("best step"))
+        if gap is not None:
+            row[GAP] = gap
         for name, tag in TAGS.items():
             if tag in events.Tags()["scalars"]:
                 values = [e.value for e in events.Scalars(tag) if e.step >= after and e.value == e.value]
@@ -70,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     if not scenarios:
         print(f"no scenario folders under {args.root}", file=sys.stderr)
         return 1
-    columns = ["test accuracy (%)", "best step", *TAGS]
+    columns = ["test accuracy (%)", "best step", *TAGS, GAP]
     for scenario in scenarios:
         arms: dict[str, list[dict[str, float]]] = defaultdict(list)
         for run in sorted(scenario.glob("seed*/*")):
@@ -84,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
             cells = []
             for column in columns:
                 values = [r[column] for r in rows if column in r]
-                precision = 0 if column == "best step" else 1 if column.endswith("(%)") else 2
+                precision = 0 if column == "best step" else 1 if column.endswith(("(%)", "(points)")) else 2
                 cells.append(f"{statistics.fmean(values):.{precision}f}" if values else "–")
             print(f"| {arm} | {len(rows)} | " + " | ".join(cells) + " |")
     return 0

@@ -38,8 +38,37 @@ def test_arms_average_their_seeds_and_skip_the_warm_up(tmp_path: Path, capsys: p
     # steps 100 and 150 only: ESS/|B| (0.8 + 0.9 + 0.6 + 0.7) / 4; normal rejected at 5% in 1 of 2, then 2 of 2 steps
     assert cells[:4] == ["uniform_online", "2", "85.0", "1750"]  # the tested best checkpoints: steps 2000, 1500
     assert float(cells[4]) == pytest.approx(0.75)
-    assert float(cells[-1]) == pytest.approx(75.0)
-    assert cells[5] == cells[6] == cells[7] == "–"  # never logged
+    assert float(cells[-2]) == pytest.approx(75.0)
+    assert cells[5] == cells[6] == cells[7] == cells[-1] == "–"  # never logged
+
+
+def test_specialisation_is_base_minus_novel_accuracy_at_the_tested_checkpoint(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Training accuracy over the logged steps since the validation before, minus the validation accuracy nearest the
+    tested checkpoint's step (the checkpoint is named after the step count, one past the step validation logs at)."""
+    scenario = tmp_path / "glyphs_100_5w1s__protonet_euclidean_conv4"
+    for seed, (best, train, val) in enumerate(
+        [
+            (200, [0.2, 0.3, 0.5, 0.7], [0.25, 0.4]),  # best at the first validation (step 199): train at 50, 100, 150
+            (400, [0.2, 0.3, 0.5, 0.7, 0.8, 0.9, 1.0, 0.6], [0.25, 0.4]),  # best at the last: train at 250 ... 400
+        ]
+    ):
+        folder = scenario / f"seed{seed}" / "baseline_online" / "lightning_logs" / "version_0"
+        folder.mkdir(parents=True)
+        record = {"accuracy": 0.5, "ckpt_path": f"/x/best-{best}-0.5.ckpt"}
+        (folder / "test_results.json").write_text(json.dumps(record))
+        writer = SummaryWriter(str(folder))
+        for i, acc in enumerate(train):
+            writer.add_scalar("train/acc", acc, 50 * (i + 1))
+        for i, acc in enumerate(val):
+            writer.add_scalar("val/acc", acc, 200 * (i + 1) - 1)
+        writer.close()
+    assert study["main"]([str(tmp_path)]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("| baseline_online"))
+    seed0 = 100 * ((0.2 + 0.3 + 0.5) / 3 - 0.25)  # steps 50, 100, 150 <= 199
+    seed1 = 100 * ((0.7 + 0.8 + 0.9 + 1.0) / 4 - 0.4)  # steps 200, 250, 300, 350 in (199, 399]
+    assert float(row.strip("|").split("|")[-1]) == pytest.approx((seed0 + seed1) / 2, abs=0.05)
 
 
 def test_an_empty_root_is_an_error(tmp_path: Path) -> None:
