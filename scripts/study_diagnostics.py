@@ -15,7 +15,8 @@ normality there. Last, how far the model had specialised to its base classes whe
 minus ``val/acc`` (novel classes) at the validation nearest the tested checkpoint's step, in points. It compares like
 with like only for arms that train on plain samples (the baseline and the re-weighting arms, whose ``train/acc`` is
 unweighted); a resampling arm trains on episodes picked by their difficulty. Then it prints, per scenario and arm,
-the mean over seeds::
+the mean over seeds. The scalars come from the event files, or from each run's ``scalars.csv`` where a study's records
+keep no event files (``--export`` writes it beside them)::
 
     python scripts/study_diagnostics.py runs/study --after 100
 """
@@ -23,6 +24,7 @@ the mean over seeds::
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import re
 import statistics
@@ -42,21 +44,51 @@ TAGS = {
 
 
 GAP = "base - novel accuracy (points)"
+SCALARS_FILE = "scalars.csv"  # a run's logged scalars, one "tag,step,value" row each (``--export``)
+
+Scalars = dict[str, list[tuple[int, float]]]
 
 
-def specialisation(events: EventAccumulator, best: float | None) -> float | None:
+def read_scalars(folder: Path) -> Scalars:
+    """Every scalar logged in ``folder``: from its TensorBoard event files, else from its :data:`SCALARS_FILE`."""
+    scalars: Scalars = defaultdict(list)
+    if any(folder.glob("events.out.tfevents.*")):
+        events = EventAccumulator(str(folder), size_guidance={"scalars": 0})
+        events.Reload()
+        for tag in events.Tags()["scalars"]:
+            scalars[tag] = [(e.step, e.value) for e in events.Scalars(tag)]
+    elif (folder / SCALARS_FILE).is_file():
+        with (folder / SCALARS_FILE).open(newline="") as f:
+            for row in csv.DictReader(f):
+                scalars[row["tag"]].append((int(row["step"]), float(row["value"])))
+    return scalars
+
+
+def export_scalars(root: Path) -> int:
+    """Write :data:`SCALARS_FILE` beside the event files of every run folder under ``root`` (so that a study's records
+    keep its curves without its binary logs); returns how many it wrote."""
+    folders = sorted({p.parent for p in root.rglob("events.out.tfevents.*")})
+    for folder in folders:
+        with (folder / SCALARS_FILE).open("w", newline="") as f:
+            writer = csv.writer(f)
+            writer.writerow(["tag", "step", "value"])
+            for tag, values in sorted(read_scalars(folder).items()):
+                writer.writerows((tag, step, repr(value)) for step, value in values)
+    return len(folders)
+
+
+def specialisation(scalars: Scalars, best: float | None) -> float | None:
     """``train/acc`` over the logged steps since the validation before minus ``val/acc``, in points, at the
     validation nearest step ``best`` (the last validation without one); ``None`` without both scalars."""
-    scalars = events.Tags()["scalars"]
-    if "train/acc" not in scalars or "val/acc" not in scalars:
+    validations = sorted(scalars.get("val/acc", []))
+    if not validations or "train/acc" not in scalars:
         return None
-    validations = sorted((e.step, e.value) for e in events.Scalars("val/acc"))
     index = len(validations) - 1
     if best is not None:
         index = min(range(len(validations)), key=lambda i: abs(validations[i][0] - best))
     since = validations[index - 1][0] if index > 0 else -1
     step, novel = validations[index]
-    base = [e.value for e in events.Scalars("train/acc") if since < e.step <= step]
+    base = [value for at, value in scalars["train/acc"] if since < at <= step]
     return 100 * (statistics.fmean(base) - novel) if base else None
 
 
@@ -71,19 +103,18 @@ def run_diagnostics(run: Path, after: int) -> dict[str, float] | None:
     row = {"test accuracy (%)": 100 * float(record["accuracy"])}
     if best:
         row["best step"] = float(best.group(1))
-    for folder in sorted({p.parent for p in run.rglob("events.out.tfevents.*")}):
-        events = EventAccumulator(str(folder), size_guidance={"scalars": 0})
-        events.Reload()
-        gap = specialisation(events, row.get("best step"))
+    logged = {p.parent for p in run.rglob("events.out.tfevents.*")} | {p.parent for p in run.rglob(SCALARS_FILE)}
+    for folder in sorted(logged):
+        scalars = read_scalars(folder)
+        gap = specialisation(scalars, row.get("best step"))
         if gap is not None:
             row[GAP] = gap
         for name, tag in TAGS.items():
-            if tag in events.Tags()["scalars"]:
-                values = [e.value for e in events.Scalars(tag) if e.step >= after and e.value == e.value]
-                if values and tag == TAGS["normal rejected (%)"]:
-                    row[name] = 100 * statistics.fmean(float(v < 0.05) for v in values)
-                elif values:
-                    row[name] = statistics.fmean(values) * (100 if name.endswith("(%)") else 1)
+            values = [value for step, value in scalars.get(tag, []) if step >= after and value == value]
+            if values and tag == TAGS["normal rejected (%)"]:
+                row[name] = 100 * statistics.fmean(float(v < 0.05) for v in values)
+            elif values:
+                row[name] = statistics.fmean(values) * (100 if name.endswith("(%)") else 1)
     return row
 
 
@@ -92,7 +123,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("root", type=Path, help="the --out folder of scripts/run_scenario.py")
     parser.add_argument("--after", type=int, default=100, help="average the scalars from this step on (warm-up)")
+    parser.add_argument(
+        "--export", action="store_true", help=f"also write each run's scalars to {SCALARS_FILE} beside its event files"
+    )
     args = parser.parse_args(argv)
+    if args.export:
+        print(f"wrote {SCALARS_FILE} in {export_scalars(args.root)} run folders", file=sys.stderr)
     scenarios = sorted(p for p in args.root.iterdir() if p.is_dir())
     if not scenarios:
         print(f"no scenario folders under {args.root}", file=sys.stderr)

@@ -73,3 +73,20 @@ def test_specialisation_is_base_minus_novel_accuracy_at_the_tested_checkpoint(
 
 def test_an_empty_root_is_an_error(tmp_path: Path) -> None:
     assert study["main"]([str(tmp_path)]) == 1
+
+
+def test_exported_scalars_give_the_same_table_without_the_event_files(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--export`` writes each run's scalars to scalars.csv; with the event files gone, the table reads the same."""
+    scenario = tmp_path / "glyphs_5w1s__protonet_euclidean_conv4"
+    fabricate(scenario / "seed0" / "uniform_online", 0.80, [0.1, 0.8, 0.9], [0.5, 0.01, 0.2], 2000)
+    fabricate(scenario / "seed1" / "uniform_online", 0.90, [0.1, 0.6, 0.7], [0.5, 0.01, 0.01], 1500)
+    assert study["main"]([str(tmp_path), "--export"]) == 0
+    from_events = capsys.readouterr().out
+    for events in tmp_path.rglob("events.out.tfevents.*"):
+        events.unlink()
+    assert sorted(p.parent.parent.parent.parent.name for p in tmp_path.rglob("scalars.csv")) == ["seed0", "seed1"]
+    assert study["main"]([str(tmp_path)]) == 0
+    assert capsys.readouterr().out == from_events
+    assert "| uniform_online | 2 | 85.0 | 1750 | 0.75 |" in from_events
