@@ -10,7 +10,9 @@ weights: above 0.7 the weights' variance is effectively infinite), ``weighting/s
 ``weighting/normality_p`` (the Shapiro-Wilk p-value of the callback's window of recent difficulties, up to ``window``
 = 1,000 of them: the paper's normal proposal assumes normality), the share of logged steps where normality is rejected
 at 5%. That window is far larger than the paper's 50-episode subsamples, so the test rejects small departures from
-normality there. Last, how far the model had specialised to its base classes when its tested checkpoint was saved:
+normality there. Resampling arms also log ``weighting/ks`` and ``weighting/ks_plain``: the Kolmogorov-Smirnov
+distance from the target of the recent chosen episodes' difficulties, and of the plain candidates'. Last, how far
+the model had specialised to its base classes when its tested checkpoint was saved:
 ``train/acc`` (the training episodes' mean accuracy, base classes, over the logged steps since the validation before)
 minus ``val/acc`` (novel classes) at the validation nearest the tested checkpoint's step, in points. It compares like
 with like only for arms that train on plain samples (the baseline and the re-weighting arms, whose ``train/acc`` is
@@ -40,6 +42,8 @@ TAGS = {
     "Pareto k": "weighting/pareto_k",
     "skewness": "weighting/skewness",
     "normal rejected (%)": "weighting/normality_p",
+    "ks chosen": "weighting/ks",
+    "ks plain": "weighting/ks_plain",
 }
 
 

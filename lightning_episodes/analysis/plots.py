@@ -210,6 +210,15 @@ def _seeds(count: int) -> str:
     return f"{count} seed" if count == 1 else f"{count} seeds"
 
 
+#: characters per line of an arm's label under the study plot's accuracies: longer names wrap at their spaces
+TICK_WIDTH = 22
+
+
+def _arm_label(scheme: str, seeds: int) -> str:
+    lines = textwrap.wrap(scheme, TICK_WIDTH, break_long_words=False, break_on_hyphens=False)
+    return "\n".join([*lines, f"({_seeds(seeds)})"])
+
+
 def plot_study(table: ResultsTable, runs: Sequence[RunResult]) -> Figure:
     """A study at a glance: per benchmark (a column of ``table``), each arm's test accuracy with its 95% interval
     (top) and each run's validation curve, coloured by arm, with its best step marked (bottom).
@@ -231,9 +240,7 @@ def plot_study(table: ResultsTable, runs: Sequence[RunResult]) -> Figure:
         for k, row in enumerate(present):
             cell = table.cells[row, column]
             top.errorbar(k, 100 * cell.mean, yerr=100 * cell.ci95, fmt="o", capsize=4, color=colours[row])
-        top.set_xticks(
-            range(len(present)), [f"{row.scheme}\n({_seeds(table.cells[row, column].seeds)})" for row in present]
-        )
+        top.set_xticks(range(len(present)), [_arm_label(row.scheme, table.cells[row, column].seeds) for row in present])
         top.tick_params(axis="x", labelsize=7)
         top.set_ylabel("test accuracy (%) ± 95% CI")
         top.set_title("\n".join(textwrap.wrap(column.label, 60)), fontsize=9)

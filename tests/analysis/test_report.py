@@ -423,3 +423,19 @@ def test_the_writer_records_the_defaults_of_the_callback_that_ran() -> None:
     assert defaults is not None
     assert scheme_of(record, defaults) == ("uniform", "online", (("warmup_steps", "50"),))  # decay is at its default
     assert sampling_defaults(SimpleNamespace(callbacks=[])) is None  # type: ignore[arg-type]
+
+
+def test_study_plot_wraps_long_arm_names_under_the_accuracies(tmp_path: Path) -> None:
+    """An arm named by several options (the resampling placebo) wraps into lines of at most ``TICK_WIDTH``
+    characters, each break at a space, instead of running into its neighbour's label; the seeds go on the last line."""
+    from lightning_episodes.analysis.plots import TICK_WIDTH, plot_study
+
+    write_run(tmp_path / "base", 0.55, 0.01, [weighting("baseline")])
+    long = sampling(target="uniform", mode="resample", shuffle_weights=True)
+    write_run(tmp_path / "placebo", 0.56, 0.01, sampling=long)
+    runs = load(tmp_path)
+    figure = plot_study(build_table(runs), runs)
+    labels = [tick.get_text() for tick in figure.axes[0].get_xticklabels()]
+    assert labels[0] == "baseline\n(1 seed)"
+    assert labels[1].split("\n") == ["uniform (online,", "mode=resample,", "shuffle_weights=true)", "(1 seed)"]
+    assert all(len(line) <= TICK_WIDTH for label in labels for line in label.split("\n"))

@@ -38,8 +38,8 @@ def test_arms_average_their_seeds_and_skip_the_warm_up(tmp_path: Path, capsys: p
     # steps 100 and 150 only: ESS/|B| (0.8 + 0.9 + 0.6 + 0.7) / 4; normal rejected at 5% in 1 of 2, then 2 of 2 steps
     assert cells[:4] == ["uniform_online", "2", "85.0", "1750"]  # the tested best checkpoints: steps 2000, 1500
     assert float(cells[4]) == pytest.approx(0.75)
-    assert float(cells[-2]) == pytest.approx(75.0)
-    assert cells[5] == cells[6] == cells[7] == cells[-1] == "–"  # never logged
+    assert float(cells[8]) == pytest.approx(75.0)
+    assert cells[5:8] == cells[9:] == ["–"] * 3  # never logged: support, Pareto k, skewness; ks (2), base - novel gap
 
 
 def test_specialisation_is_base_minus_novel_accuracy_at_the_tested_checkpoint(
