@@ -25,7 +25,14 @@ import torch
 
 from lightning_episodes.analysis.paired import paired_difference
 from lightning_episodes.analysis.protocols import distinguishing_settings
-from lightning_episodes.analysis.report import RunResult, combine, find_results, format_cell, read_result
+from lightning_episodes.analysis.report import (
+    RunResult,
+    combine,
+    distinguish_protocols,
+    find_results,
+    format_cell,
+    read_result,
+)
 from lightning_episodes.commands._common import (
     add_device_argument,
     arguments,
@@ -155,9 +162,10 @@ def compare_scenario(
     count: int | None = None,
     device: str | torch.device = "cpu",
     seeds: Sequence[int] | None = None,
-) -> list[str]:
-    """The entries of one row of :func:`main`'s table: the scenario, both arms and their paired difference, over
-    every ``seed<N>`` folder or those of ``seeds``.
+) -> tuple[RunResult, list[str]]:
+    """One row of :func:`main`'s table: the scenario's first run (its benchmark and training protocol, which label
+    the row) and the row's other entries (both arms and their paired difference, over every ``seed<N>`` folder or
+    those of ``seeds``).
 
     Raises:
         FileNotFoundError: naming a missing seed or run folder, test record or checkpoint.
@@ -186,9 +194,8 @@ def compare_scenario(
     per_seed = ", ".join(
         f"{seed.name} {100 * d:+.2f}" for seed, d in zip(folders, difference.seed_differences or (), strict=True)
     )
-    return [
-        results[0].column.label,
-        results[0].row.algorithm,
+    return first, [
+        first.row.algorithm,
         format_cell(combine(arms[baseline][1])),
         format_cell(combine(arms[treatment][1])),
         f"{100 * difference.mean:+.2f} ± {100 * difference.ci95:.2f}",
@@ -243,12 +250,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         "|---|---|---:|---:|---:|---:|---|---:|",
     ]
     try:
-        for scenario in args.scenarios:
-            entries = compare_scenario(scenario, args.baseline, args.treatment, args.episodes, device, args.seeds)
-            lines.append("| " + " | ".join(entries) + " |")
+        rows = [
+            compare_scenario(scenario, args.baseline, args.treatment, args.episodes, device, args.seeds)
+            for scenario in args.scenarios
+        ]
     except (FileNotFoundError, ValueError) as error:
         print(f"lightning-episodes compare: error: {error}", file=sys.stderr)
         return 1
+    # scenarios of one benchmark trained under different protocols are told apart as report's columns are
+    for labelled, (_, entries) in zip(distinguish_protocols(first for first, _ in rows), rows, strict=True):
+        lines.append("| " + " | ".join([labelled.column.label, *entries]) + " |")
     markdown = "\n".join(lines) + "\n\n" + LEGEND + "\n"
     print(markdown, end="")
     if args.markdown is not None:

@@ -227,3 +227,26 @@ def test_compare_refuses_arms_trained_under_different_protocols(
     assert f"{copy} mixes training protocols" in error
     assert "(lr_scheduler=none)" in error
     assert "(lr_scheduler=StepLR(step_size=3))" in error
+
+
+@pytest.mark.slow
+def test_compare_tells_apart_scenarios_of_one_benchmark_trained_differently(
+    scenario: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two scenario folders of one benchmark, one trained with a step schedule (every run's config says so): each
+    row's label names its schedule, as report's columns do; alone, a scenario's label names nothing."""
+    constant, step = tmp_path / "constant" / scenario.name, tmp_path / "step" / scenario.name
+    shutil.copytree(scenario, constant)
+    shutil.copytree(scenario, step)
+    for config_path in step.rglob("config.yaml"):
+        config = yaml.safe_load(config_path.read_text())
+        config["model"]["init_args"]["lr_scheduler"] = {"class_path": "torch.optim.lr_scheduler.StepLR",
+                                                        "init_args": {"step_size": 3}}  # fmt: skip
+        config_path.write_text(yaml.safe_dump(config))
+    assert run_tool(["compare", str(constant), str(step)]) == 0
+    rows = [line.strip("|").split("|") for line in capsys.readouterr().out.splitlines() if line.startswith("| tiny")]
+    labels = [row[0].strip() for row in rows]
+    assert [label.split(" [", 1)[1] for label in labels] == ["lr_scheduler=none]", "lr_scheduler=StepLR(step_size=3)]"]
+    assert rows[0][1:] == rows[1][1:], "the same scores: only the label differs"
+    assert run_tool(["compare", str(step)]) == 0
+    assert "[" not in _row(capsys.readouterr().out)[0]
