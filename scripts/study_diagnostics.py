@@ -131,6 +131,8 @@ def main(argv: list[str] | None = None) -> int:
         "--export", action="store_true", help=f"also write each run's scalars to {SCALARS_FILE} beside its event files"
     )
     args = parser.parse_args(argv)
+    if not args.root.is_dir():
+        parser.error(f"root: {args.root} is not a folder (give the --out folder of scripts/run_scenario.py)")
     if args.export:
         print(f"wrote {SCALARS_FILE} in {export_scalars(args.root)} run folders", file=sys.stderr)
     scenarios = sorted(p for p in args.root.iterdir() if p.is_dir())

@@ -75,6 +75,13 @@ def test_an_empty_root_is_an_error(tmp_path: Path) -> None:
     assert study["main"]([str(tmp_path)]) == 1
 
 
+def test_a_missing_root_is_a_one_line_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        study["main"]([str(tmp_path / "nowhere")])
+    assert exit_.value.code == 2
+    assert f"root: {tmp_path / 'nowhere'} is not a folder" in capsys.readouterr().err
+
+
 def test_exported_scalars_give_the_same_table_without_the_event_files(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
