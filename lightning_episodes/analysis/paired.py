@@ -56,6 +56,29 @@ class PairedDifference:
             return None
         return float(np.std(self.seed_differences, ddof=1))
 
+    @property
+    def seed_ci95(self) -> float | None:
+        """Half-width of the 95% Student-t interval of :attr:`mean` over the ``k`` seed pairs,
+        ``t_{0.975, k−1} · seed_sd / √k``: the interval that covers the variance between trainings, which
+        :attr:`ci95` leaves out (``None`` with fewer than two seed pairs)."""
+        if self.seed_sd is None or self.seed_differences is None:
+            return None
+        k = len(self.seed_differences)
+        return float(stats.t.ppf(0.975, k - 1) * self.seed_sd / math.sqrt(k))
+
+    @property
+    def seed_pvalue(self) -> float | None:
+        """Two-sided p-value of the one-sample t-test of :attr:`seed_differences` against 0 (``k − 1`` degrees of
+        freedom): would other trainings differ too? ``nan`` when every seed pair differs by the same amount, ``None``
+        with fewer than two seed pairs."""
+        if self.seed_sd is None or self.seed_differences is None:
+            return None
+        if self.seed_sd == 0:
+            return math.nan
+        k = len(self.seed_differences)
+        statistic = float(np.mean(self.seed_differences)) / (self.seed_sd / math.sqrt(k))
+        return float(2 * stats.t.sf(abs(statistic), k - 1))
+
 
 def paired_difference(
     baseline: Sequence[DifficultyTable] | DifficultyTable, treatment: Sequence[DifficultyTable] | DifficultyTable

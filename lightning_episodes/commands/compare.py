@@ -55,7 +55,9 @@ LEGEND = (
     "seeds). Paired difference: treatment − baseline in percentage points, per test episode averaged over each arm's "
     "seeds; mean ± 95% Student-t interval over the shared test episodes, and the paired t-test's two-sided p-value. "
     "That interval holds the trained models fixed: it covers the sampling of test episodes, not the variance between "
-    "trainings; the per-seed differences (seed s of one arm against seed s of the other) show that spread."
+    "trainings; the per-seed differences (seed s of one arm against seed s of the other) show that spread, and the "
+    "across-seeds interval covers it: ± the 95% Student-t half-width of their mean over the seed pairs, with the "
+    "one-sample t-test's p-value (– with fewer than two seed pairs)."
 )
 
 
@@ -194,15 +196,23 @@ def compare_scenario(
     per_seed = ", ".join(
         f"{seed.name} {100 * d:+.2f}" for seed, d in zip(folders, difference.seed_differences or (), strict=True)
     )
+    across = "–"
+    if difference.seed_ci95 is not None and difference.seed_pvalue is not None:
+        across = f"± {100 * difference.seed_ci95:.2f} (p {_pvalue(difference.seed_pvalue)})"
     return first, [
         first.row.algorithm,
         format_cell(combine(arms[baseline][1])),
         format_cell(combine(arms[treatment][1])),
         f"{100 * difference.mean:+.2f} ± {100 * difference.ci95:.2f}",
-        "< 0.001" if difference.pvalue < 0.001 else f"{difference.pvalue:.3f}",
+        _pvalue(difference.pvalue),
         per_seed,
+        across,
         str(difference.episodes),
     ]
+
+
+def _pvalue(p: float) -> str:
+    return "< 0.001" if p < 0.001 else f"{p:.3f}"
 
 
 def parser() -> Any:
@@ -230,7 +240,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     out), reads each seed's per-episode test scores of both arms (``test_episodes.csv`` beside its
     ``test_results.json``, written by the test; for runs tested without one, the best checkpoint is scored on the
     test episodes and the table cached there) and prints one Markdown row per scenario: each arm's accuracy over
-    seeds and the paired difference (treatment − baseline) with its interval, p-value and per-seed differences.
+    seeds and the paired difference (treatment − baseline) with its interval, p-value, per-seed differences and the
+    interval over seed pairs.
 
     Returns:
         0, or 1 (with the reason on stderr) when a seed folder, run, test record or checkpoint is missing or the
@@ -246,8 +257,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     probe_output(args.markdown, "--markdown")
     lines = [
         f"| Scenario | Algorithm | {args.baseline} | {args.treatment} | Paired difference (pp) | p | "
-        "Per-seed differences (pp) | Episodes |",
-        "|---|---|---:|---:|---:|---:|---|---:|",
+        "Per-seed differences (pp) | Across seeds (pp) | Episodes |",
+        "|---|---|---:|---:|---:|---:|---|---:|---:|",
     ]
     try:
         rows = [

@@ -55,6 +55,31 @@ def test_hand_computed_two_seeds_per_arm() -> None:
     # seed pairs: (0.3 + 0.2 + 0 + 0) / 4 and (-0.1 + 0 + 0.2 + 0) / 4
     assert result.seed_differences == pytest.approx((0.125, 0.025), abs=1e-12)
     assert result.seed_sd == pytest.approx(0.1 / math.sqrt(2), abs=1e-12)
+    # over the 2 seed pairs: t_{0.975, 1} = 12.7062 (a t table) times sd / √2 = 0.05; t = 0.075 / 0.05 = 1.5, and
+    # Student's t with 1 degree of freedom is Cauchy: p = 1 - 2 atan(1.5) / π
+    assert result.seed_ci95 == pytest.approx(12.706204736174705 * 0.05, abs=1e-12)
+    assert result.seed_pvalue == pytest.approx(1 - 2 * math.atan(1.5) / math.pi, abs=1e-12)
+
+
+def test_the_interval_over_seed_pairs_is_scipys_one_sample_t_test() -> None:
+    rng = np.random.default_rng(1)
+    baseline = [table((rng.integers(0, 16, size=50) / 15).tolist()) for _ in range(4)]
+    treatment = [table(np.clip(t.accuracy + rng.integers(-3, 5, size=50) / 15, 0, 1).tolist()) for t in baseline]
+    result = paired_difference(baseline, treatment)
+    per_seed = [float(np.mean(t.accuracy - b.accuracy)) for b, t in zip(baseline, treatment, strict=True)]
+    assert result.seed_differences == pytest.approx(per_seed, abs=1e-12)
+    reference = stats.ttest_1samp(per_seed, 0.0)
+    low, high = reference.confidence_interval(0.95)
+    assert result.seed_ci95 is not None
+    assert (result.mean - result.seed_ci95, result.mean + result.seed_ci95) == pytest.approx((low, high), rel=1e-10)
+    assert result.seed_pvalue == pytest.approx(reference.pvalue, rel=1e-10)
+
+
+def test_seed_pairs_that_differ_alike_have_no_spread_and_an_undefined_p() -> None:
+    result = paired_difference([table([0.2, 0.4]), table([0.4, 0.2])], [table([0.3, 0.5]), table([0.5, 0.3])])
+    assert result.seed_differences == pytest.approx((0.1, 0.1), abs=1e-12)
+    assert result.seed_ci95 == pytest.approx(0.0, abs=1e-12)
+    assert math.isnan(result.seed_pvalue or 0.0)
 
 
 def test_one_seed_per_arm_equals_scipys_paired_t_test() -> None:
@@ -71,7 +96,7 @@ def test_one_seed_per_arm_equals_scipys_paired_t_test() -> None:
     low, high = reference.confidence_interval(0.95)
     assert (result.mean - result.ci95, result.mean + result.ci95) == pytest.approx((low, high), rel=1e-10)
     assert result.seed_differences == pytest.approx((d.mean(),), rel=1e-12)
-    assert result.seed_sd is None
+    assert (result.seed_sd, result.seed_ci95, result.seed_pvalue) == (None, None, None)
 
 
 def test_unequal_seed_counts_average_each_arm_and_pair_no_seeds() -> None:
@@ -80,7 +105,7 @@ def test_unequal_seed_counts_average_each_arm_and_pair_no_seeds() -> None:
     assert result.mean == pytest.approx(np.mean([0.1, 0.2, -0.1]), abs=1e-12)
     assert result.seeds == (3, 1)
     assert result.seed_differences is None
-    assert result.seed_sd is None
+    assert (result.seed_sd, result.seed_ci95, result.seed_pvalue) == (None, None, None)
 
 
 def test_identical_arms_have_no_difference_and_an_undefined_t() -> None:

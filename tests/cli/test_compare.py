@@ -85,6 +85,7 @@ def test_compare_prints_the_paired_difference_of_the_cached_scores(
         f"{100 * expected.mean:+.2f} ± {100 * expected.ci95:.2f}",
         "< 0.001" if expected.pvalue < 0.001 else f"{expected.pvalue:.3f}",
         ", ".join(f"seed{s} {100 * d:+.2f}" for s, d in zip((0, 1), expected.seed_differences or (), strict=True)),
+        f"± {100 * (expected.seed_ci95 or 0):.2f} (p {expected.seed_pvalue:.3f})",
         "12",
     ]
     for paths in records.values():
@@ -152,6 +153,7 @@ def test_compare_takes_the_seeds_it_is_given(scenario: Path, capsys: pytest.Capt
     ]
     assert row[6].startswith("seed1 ")
     assert "seed0" not in row[6]
+    assert row[7] == "–"  # one seed pair: no interval across seeds
     assert run_tool(["compare", str(scenario), "--seeds", "[0,1]"]) == 0
     assert _row(capsys.readouterr().out)[6].startswith("seed0 ")
     assert run_tool(["compare", str(scenario), "--seeds", "[1,7]"]) == 1
