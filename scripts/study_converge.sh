@@ -2,8 +2,9 @@
 # The converging study of docs/study.md ("Under the paper's protocol"): ProtoNet conv4 5-way 1-shot on glyphs-hard and
 # glyphs-100, constant and step learning rate, the protocol of configs/study/converge_cpu.yaml, nothing tuned for any
 # arm. Runs go to $OUT/<schedule>/<data>__<model>/seed<N>/<arm>/ in priority order: seed 0 of the baseline and the
-# paper's uniform in every cell first (the schedules in the order of $SCHEDULES), then seed 0 of the other arms
-# ($ARMS), then seeds 1 and 2 of the baseline and the paper's uniform.
+# paper's uniform in every cell first (the schedules in the order of $SCHEDULES), then seed 0 of resampling and its
+# placebo, then seeds 1 and 2 of the baseline, the paper's uniform and resampling, then seed 0 of the other arms
+# ($ARMS). The order only sets what is ready first: every run is a function of its config and seed.
 # Resumable: run it again and finished runs are skipped, a stopped one resumes from its last.ckpt
 # (scripts/run_scenario.py). The arms: the paper's uniform, its resampling variant, PSIS, and the two placebos.
 #   bash scripts/study_converge.sh glyphs_100_5w1s      # one benchmark (a stream of its own; two streams fit 2 cores)
@@ -14,7 +15,7 @@ cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-.venv/bin/python}
 OUT=${OUT:-studies/converge}
 MODEL=configs/models/protonet_euclidean_conv4.yaml
-ARMS=${ARMS:-uniform_resample uniform_resample_placebo uniform_online_psis uniform_online_placebo}
+ARMS=${ARMS:-uniform_online_psis uniform_online_placebo}
 SCHEDULES=${SCHEDULES:-constant step}
 DATA=("${@:-glyphs_100_5w1s glyphs_hard_5w1s}")
 read -r -a DATA <<< "${DATA[*]}"
@@ -36,12 +37,19 @@ for schedule in $SCHEDULES; do
 done
 for schedule in $SCHEDULES; do
     for data in "${DATA[@]}"; do
-        # shellcheck disable=SC2086
-        scenario "$data" "$schedule" 0 $ARMS
+        scenario "$data" "$schedule" 0 uniform_resample uniform_resample_placebo
+    done
+done
+for seed in 1 2; do
+    for schedule in $SCHEDULES; do
+        for data in "${DATA[@]}"; do
+            scenario "$data" "$schedule" "$seed" uniform uniform_resample
+        done
     done
 done
 for schedule in $SCHEDULES; do
     for data in "${DATA[@]}"; do
-        scenario "$data" "$schedule" "1 2" uniform
+        # shellcheck disable=SC2086
+        scenario "$data" "$schedule" 0 $ARMS
     done
 done
