@@ -17,7 +17,7 @@ import yaml
 from lightning_episodes.analysis import DifficultyTable, PairedDifference, paired_difference
 from lightning_episodes.analysis.report import combine, format_cell, read_result
 from lightning_episodes.cli import entry, run_tool
-from lightning_episodes.evaluation import SCORES_FILE
+from lightning_episodes.evaluation import RESULTS_FILE, SCORES_FILE
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -166,6 +166,25 @@ def test_compare_names_a_missing_run_or_seed_folder(scenario: Path, capsys: pyte
     assert f"missing run folder {scenario / 'seed0' / 'easy_online'}" in capsys.readouterr().err
     assert run_tool(["compare", str(scenario / "seed0")]) == 1
     assert f"no seed<N> folders in {scenario / 'seed0'}" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_compare_names_the_seeds_that_have_both_arms(
+    scenario: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    partial = shutil.copytree(scenario, tmp_path / scenario.name)  # a campaign whose seed 1 is still training
+    shutil.rmtree(partial / "seed1" / "uniform_online")
+    assert run_tool(["compare", str(partial)]) == 1
+    expected = (
+        f"missing run folder {partial / 'seed1' / 'uniform_online'} (the seeds with both arms tested: --seeds [0])"
+    )
+    assert expected in capsys.readouterr().err
+    for record in (partial / "seed1" / "baseline_online").rglob(RESULTS_FILE):  # begun, not yet tested
+        record.unlink()
+    assert run_tool(["compare", str(partial)]) == 1
+    assert "(the seeds with both arms tested: --seeds [0])" in capsys.readouterr().err
+    assert run_tool(["compare", str(partial), "--seeds", "[0]"]) == 0
+    assert _row(capsys.readouterr().out)[6].startswith("seed0 ")
 
 
 @pytest.mark.slow
