@@ -157,13 +157,12 @@ def _seed_folders(scenario: Path, only: Sequence[int] | None = None) -> list[Pat
     return sorted(seeds, key=lambda p: int(p.name[4:]))
 
 
-def _record_error(run_dir: Path) -> FileNotFoundError | None:
-    """Why :func:`run_record` finds no test record in ``run_dir``, or ``None`` when it finds one."""
+def _record_or_error(run_dir: Path) -> Path | FileNotFoundError:
+    """:func:`run_record` of ``run_dir``, or why it has none."""
     try:
-        run_record(run_dir)
+        return run_record(run_dir)
     except FileNotFoundError as error:
         return error
-    return None
 
 
 def compare_scenario(
@@ -183,15 +182,18 @@ def compare_scenario(
         ValueError: if the runs test different scenarios or episodes.
     """
     folders = _seed_folders(scenario, seeds)
-    if seeds is None:  # a campaign part-way through: say which seeds can be compared
-        errors = {seed: [e for arm in (baseline, treatment) if (e := _record_error(seed / arm))] for seed in folders}
-        complete = ",".join(seed.name[4:] for seed, found in errors.items() if not found)
-        first_error = next((found[0] for found in errors.values() if found), None)
-        if complete and first_error is not None:
-            raise FileNotFoundError(f"{first_error} (the seeds with both arms tested: --seeds [{complete}])")
+    found = {arm: [_record_or_error(seed / arm) for seed in folders] for arm in (baseline, treatment)}
+    complete = ",".join(  # a campaign part-way through: say which seeds can be compared
+        seed.name[4:] for i, seed in enumerate(folders) if all(isinstance(found[arm][i], Path) for arm in found)
+    )
+    hint = f" (the seeds with both arms tested: --seeds [{complete}])" if complete and seeds is None else ""
     arms: dict[str, tuple[list[DifficultyTable], list[RunResult]]] = {}
-    for arm in (baseline, treatment):
-        scored = [run_scores(run_record(seed / arm), count, device) for seed in folders]
+    for arm, records in found.items():
+        scored = []
+        for record in records:
+            if isinstance(record, FileNotFoundError):
+                raise FileNotFoundError(f"{record}{hint}")
+            scored.append(run_scores(record, count, device))
         arms[arm] = ([table for table, _ in scored], [result for _, result in scored])
     results = arms[baseline][1] + arms[treatment][1]
     first = results[0]
