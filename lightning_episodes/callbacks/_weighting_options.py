@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Final
 
 import pytorch_lightning as pl
+from pytorch_lightning.utilities import rank_zero_warn
 
 from lightning_episodes.callbacks._resample_step import check_datamodule
 from lightning_episodes.callbacks.reference import check_reference
@@ -22,6 +23,8 @@ from lightning_episodes.weighting import (
     OUT_OF_SUPPORT,
     PROPOSAL_OPTIONS,
     UPDATES,
+    BaselineTarget,
+    CurriculumTarget,
     Target,
     available_normalizers,
     available_proposals,
@@ -161,26 +164,31 @@ class WeightingOptions(Mapping[str, Any]):
         return len(self.__dataclass_fields__)
 
 
-def check_trainer(
-    trainer: pl.Trainer, curriculum: bool, reference_checkpoint: str | None, resample: bool = False
-) -> None:
-    """Raises, before training, where the Trainer cannot run the callback.
+def check_trainer(trainer: pl.Trainer, options: WeightingOptions, target: Target) -> None:
+    """Raises, before training, where the Trainer cannot run the callback; warns where it would never weight.
 
     Args:
         trainer: the Trainer about to fit.
-        curriculum: whether the target is a curriculum (its progress is ``t / max_steps``).
-        reference_checkpoint: the offline reference (``None`` online), checked against the data's ways.
-        resample: ``mode="resample"``, which draws its candidates from an ``EpisodicDataModule``.
+        options: the callback's options (the offline reference is checked against the data's ways; resampling
+            draws its candidates from an ``EpisodicDataModule``).
+        target: the callback's target (a curriculum's progress is ``t / max_steps``).
 
     Raises:
         ValueError: for a curriculum without ``trainer.max_steps``, ``accumulate_grad_batches > 1``, a reference
             trained on other ways, or resampling without an ``EpisodicDataModule``.
         FileNotFoundError: if ``reference_checkpoint`` does not exist.
     """
-    if curriculum and not trainer.max_steps > 0:
+    if isinstance(target, CurriculumTarget) and not trainer.max_steps > 0:
         raise ValueError(
             "DifficultyWeightingCallback(target='curriculum') needs trainer.max_steps > 0 (its progress "
             f"is t / max_steps), got trainer.max_steps={trainer.max_steps}"
+        )
+    weighted = options.estimate == "online" and not isinstance(target, BaselineTarget)
+    if weighted and 0 < trainer.max_steps <= options.warmup_steps:  # plain sampling under the weighted arm's name
+        rank_zero_warn(
+            f"DifficultyWeightingCallback: warmup_steps={options.warmup_steps} covers all of "
+            f"trainer.max_steps={trainer.max_steps}, so this run never weights by difficulty and trains with "
+            "plain sampling; set warmup_steps below max_steps"
         )
     if trainer.accumulate_grad_batches > 1:
         raise ValueError(
@@ -188,7 +196,8 @@ def check_trainer(
             f"{trainer.accumulate_grad_batches}: the ESS must be computed over the whole effective batch; "
             "raise data.episodes_per_batch instead"
         )
-    if resample:
+    if options.mode == "resample":
         check_datamodule(trainer)
-    if reference_checkpoint is not None:
-        check_reference(reference_checkpoint, getattr(getattr(trainer, "datamodule", None), "ways", None))
+    if options.estimate == "offline":
+        assert options.reference_checkpoint is not None  # WeightingOptions requires it offline
+        check_reference(options.reference_checkpoint, getattr(getattr(trainer, "datamodule", None), "ways", None))

@@ -79,7 +79,8 @@ class DifficultyWeightingCallback(Callback):
         target: ``"baseline"``, ``"uniform"``, ``"easy"``, ``"hard"``, ``"curriculum"``, a name registered with
             :func:`~lightning_episodes.weighting.register_target`, or a :class:`~lightning_episodes.weighting.Target`.
         decay: ``lambda`` in ``[0, 1)``, the weight of the old value in the online moving average.
-        warmup_steps: optimizer steps of plain sampling before online weighting starts (>= 2).
+        warmup_steps: optimizer steps of plain sampling before online weighting starts (>= 2; ``setup`` warns when
+            it is not below ``trainer.max_steps``, a run that would never weight).
         support_sigmas: ``c``: ``S`` holds the central mass ``Phi(c) - Phi(-c)`` of ``q`` (2.58: about 99%).
         out_of_support: ``"zero"``: weight 0 outside ``S``; ``"clamp"``: evaluate at the nearest end of ``S``.
         normalization: ``"ess"`` (``sum w L / ESS``, the paper's), ``"self"`` (``sum w L / sum w``),
@@ -208,8 +209,7 @@ class DifficultyWeightingCallback(Callback):
         if isinstance(pl_module.weighting, DifficultyWeightingCallback) and pl_module.weighting is not self:
             raise ValueError("only one DifficultyWeightingCallback can weight a module at a time")
         if stage == "fit":
-            offline = self.options.reference_checkpoint if self.options.estimate == "offline" else None
-            check_trainer(trainer, isinstance(self.target, CurriculumTarget), offline, self.options.mode == "resample")
+            check_trainer(trainer, self.options, self.target)
         if pl_module.weighting is not self:
             self._previous = pl_module.weighting
         pl_module.weighting = self

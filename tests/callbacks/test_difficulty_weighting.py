@@ -4,6 +4,7 @@ logging, degenerate steps, checkpointed state and crash-and-resume equivalence."
 from __future__ import annotations
 
 import math
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -148,6 +149,25 @@ def test_gradient_accumulation_is_refused() -> None:
     trainer = tiny_trainer(accumulate_grad_batches=2, callbacks=[DifficultyWeightingCallback(warmup_steps=2)])
     with pytest.raises(ValueError, match="accumulate_grad_batches=2"):
         trainer.fit(ProtoNet(image_size=16), tiny_datamodule())
+
+
+@pytest.mark.parametrize(
+    ("target", "warmup", "max_steps", "warns"),
+    [("uniform", 6, 6, True), ("hard", 7, 6, True), ("uniform", 5, 6, False), ("baseline", 6, 6, False)],
+)
+def test_a_warmup_covering_every_step_is_warned_about(target: str, warmup: int, max_steps: int, warns: bool) -> None:
+    """A weighted arm whose warm-up lasts the whole run trains as plain sampling: it must say so at set-up
+    (a baseline weights nothing anyway), and only when it is true."""
+    callback = DifficultyWeightingCallback(target=target, warmup_steps=warmup)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _, _, recorder = _fit(callback, max_steps=max_steps)
+    said = [str(w.message) for w in caught if "never weights by difficulty" in str(w.message)]
+    assert len(said) == int(warns), said
+    if warns:
+        assert f"warmup_steps={warmup}" in said[0]
+        assert f"trainer.max_steps={max_steps}" in said[0]
+    assert all(step.warmup for step in recorder.steps) is (warns or target == "baseline")
 
 
 def test_installs_itself_as_the_weighting_strategy_for_the_fit_only() -> None:
