@@ -104,6 +104,10 @@ def systematic_resample(weights: Tensor, count: int, offset: float, replacement:
     distinct = not replacement and int(positive.sum()) >= count
     expected = inclusion_probabilities(w, count) if distinct else count * w / total
     edges = expected.cumsum(0)
+    # an edge that is an integer up to rounding (equal weights: 3, 6, 9 summed as 3.0000000000000004, ...) is that
+    # integer, or a point landing on it (offset 0) goes to the wrong side and one candidate gets ceil + 1
+    whole = edges.round()
+    edges = torch.where((edges - whole).abs() <= 1e-12 * count, whole, edges)
     points = offset + torch.arange(count, dtype=torch.float64)
     chosen = torch.searchsorted(edges, points, right=True)
     # rounding may leave the last edge a hair below the last point: that point belongs to the last positive weight

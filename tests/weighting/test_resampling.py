@@ -8,7 +8,7 @@ import math
 
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
@@ -33,6 +33,7 @@ weight_lists = st.lists(st.one_of(st.just(0.0), st.floats(1e-3, 20.0)), min_size
 
 @settings(max_examples=60, deadline=None)
 @given(weights=weight_lists, count=st.integers(1, 40), offset=st.floats(0.0, 0.999999))
+@example(weights=[3.8118804812094105] * 3, count=9, offset=0.0)  # edges 3, 6, 9 only up to rounding, points on them
 def test_with_replacement_each_candidate_gets_floor_or_ceil_of_its_expected_count(
     weights: list[float], count: int, offset: float
 ) -> None:
