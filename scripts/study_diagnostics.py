@@ -37,7 +37,7 @@ from pathlib import Path
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 TAGS = {
-    "ESS/|B|": "weighting/ess_over_batch",
+    "ESS/\\|B\\|": "weighting/ess_over_batch",  # the pipes escaped: the header is a markdown table row
     "outside support (%)": "weighting/outside_support",
     "Pareto k": "weighting/pareto_k",
     "skewness": "weighting/skewness",

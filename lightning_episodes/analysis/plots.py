@@ -212,6 +212,8 @@ def _seeds(count: int) -> str:
 
 #: characters per line of an arm's label under the study plot's accuracies: longer names wrap at their spaces
 TICK_WIDTH = 22
+#: inches of figure width per arm in a benchmark's column (a wrapped label at 7 pt takes about 1.3), at least 5 a column
+ARM_WIDTH = 1.35
 
 
 def _arm_label(scheme: str, seeds: int) -> str:
@@ -231,7 +233,8 @@ def plot_study(table: ResultsTable, runs: Sequence[RunResult]) -> Figure:
         The figure (pyplot-free; ``figure.savefig(path)`` renders it).
     """
     columns, runs = table.columns, distinguish_protocols(runs)
-    figure = Figure(figsize=(5.0 * max(1, len(columns)), 7.0), layout="constrained")
+    arms = max((sum((row, column) in table.cells for row in table.rows) for column in columns), default=1)
+    figure = Figure(figsize=(max(5.0, ARM_WIDTH * arms) * max(1, len(columns)), 7.0), layout="constrained")
     axes = figure.subplots(2, max(1, len(columns)), squeeze=False)
     colours = {row: f"C{k}" for k, row in enumerate(table.rows)}
     for j, column in enumerate(columns):

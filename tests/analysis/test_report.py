@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import inspect
 import io
+import itertools
 import json
 import math
 import os
@@ -439,3 +440,27 @@ def test_study_plot_wraps_long_arm_names_under_the_accuracies(tmp_path: Path) ->
     assert labels[0] == "baseline\n(1 seed)"
     assert labels[1].split("\n") == ["uniform (online,", "mode=resample,", "shuffle_weights=true)", "(1 seed)"]
     assert all(len(line) <= TICK_WIDTH for label in labels for line in label.split("\n"))
+
+
+def test_study_plot_labels_do_not_overlap_however_many_arms(tmp_path: Path) -> None:
+    """The figure widens with the arms of its fullest benchmark: the rendered labels of six arms with long names
+    (the study's four cells hold up to six) stay apart."""
+    from lightning_episodes.analysis.plots import plot_study
+
+    arms = [
+        {"target": "uniform"},
+        {"target": "uniform", "normalization": "psis"},
+        {"target": "uniform", "shuffle_weights": True},
+        {"target": "uniform", "mode": "resample"},
+        {"target": "uniform", "mode": "resample", "shuffle_weights": True},
+    ]
+    write_run(tmp_path / "base", 0.55, 0.01, [weighting("baseline")])
+    for k, options in enumerate(arms):
+        write_run(tmp_path / f"arm{k}", 0.5, 0.01, sampling=sampling(**options))
+    runs = load(tmp_path)
+    figure = plot_study(build_table(runs), runs)
+    figure.canvas.draw()
+    labels = figure.axes[0].get_xticklabels()
+    assert len(labels) == 6
+    boxes = sorted((label.get_window_extent() for label in labels), key=lambda box: box.x0)
+    assert all(left.x1 < right.x0 for left, right in itertools.pairwise(boxes))

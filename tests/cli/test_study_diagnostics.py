@@ -42,6 +42,17 @@ def test_arms_average_their_seeds_and_skip_the_warm_up(tmp_path: Path, capsys: p
     assert cells[5:8] == cells[9:] == ["–"] * 3  # never logged: support, Pareto k, skewness; ks (2), base - novel gap
 
 
+def test_the_table_is_valid_markdown(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Header, delimiter and rows have one cell count once escaped pipes are read as text (GitHub's and MkDocs'
+    rule): an unescaped pipe in a column name (ESS/|B|) would split it and the table would render as plain text."""
+    fabricate(tmp_path / "glyphs_5w1s__protonet_euclidean_conv4" / "seed0" / "uniform_online", 0.8, [0.5], [0.5], 50)
+    assert study["main"]([str(tmp_path)]) == 0
+    table = [line for line in capsys.readouterr().out.splitlines() if line.startswith("|")]
+    counts = {len(line.replace("\\|", "").strip("|").split("|")) for line in table}
+    assert len(table) == 3  # header, delimiter, the arm
+    assert counts == {12}  # arm, seeds, accuracy, best step, 7 diagnostics, base - novel
+
+
 def test_specialisation_is_base_minus_novel_accuracy_at_the_tested_checkpoint(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
