@@ -233,13 +233,14 @@ def plot_study(table: ResultsTable, runs: Sequence[RunResult]) -> Figure:
         The figure (pyplot-free; ``figure.savefig(path)`` renders it).
     """
     columns, runs = table.columns, distinguish_protocols(runs)
-    arms = max((sum((row, column) in table.cells for row in table.rows) for column in columns), default=1)
-    figure = Figure(figsize=(max(5.0, ARM_WIDTH * arms) * max(1, len(columns)), 7.0), layout="constrained")
+    arms = {column: [row for row in table.rows if (row, column) in table.cells] for column in columns}
+    width = max(5.0, ARM_WIDTH * max(map(len, arms.values()), default=1))
+    figure = Figure(figsize=(width * max(1, len(columns)), 7.0), layout="constrained")
     axes = figure.subplots(2, max(1, len(columns)), squeeze=False)
     colours = {row: f"C{k}" for k, row in enumerate(table.rows)}
     for j, column in enumerate(columns):
         top, bottom = axes[0, j], axes[1, j]
-        present = [row for row in table.rows if (row, column) in table.cells]
+        present = arms[column]
         for k, row in enumerate(present):
             cell = table.cells[row, column]
             top.errorbar(k, 100 * cell.mean, yerr=100 * cell.ci95, fmt="o", capsize=4, color=colours[row])
