@@ -57,7 +57,11 @@ class Tally:
 
     def __init__(self, limit: int, device: torch.device, run: int = 0) -> None:
         self.limit = limit
-        self.values = torch.tensor([run, 0, -1, -1, -1, 0, 0, 0], dtype=torch.float32, device=device)
+        # filled on the device: torch.tensor(list, device="cuda") copies from pageable host memory, a synchronising
+        # transfer, and the tally is made inside the first step that the device decides
+        self.values = torch.zeros(8, dtype=torch.float32, device=device)
+        self.values[_RUN].fill_(run)
+        self._reset_window()
 
     def judge(self, kinds: Tensor, step: int) -> Tensor:
         """Count one step whose ``kinds`` flags (``[3]``, > 0: non-finite gradients, parameters, buffers; summed
@@ -76,7 +80,11 @@ class Tally:
     def read(self) -> Reading:
         """The counters since the last read (one host transfer), the window counters then reset on the device."""
         values = [int(x) for x in self.values.tolist()]
-        self.values[_SKIPPED:].fill_(0)
-        self.values[_LIMIT : _LAST + 1].fill_(-1)
+        self._reset_window()
         run, skipped, limit_step, first, last, g, p, b = values
         return Reading(run, skipped, limit_step, first, last, kinds=(bool(g), bool(p), bool(b)))
+
+    def _reset_window(self) -> None:
+        """Zero the counters since the last read and mark their steps unset (-1), on the device."""
+        self.values[_SKIPPED:].fill_(0)
+        self.values[_LIMIT : _LAST + 1].fill_(-1)
