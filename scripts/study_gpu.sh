@@ -7,6 +7,8 @@
 #
 #   DATA=glyphs_hard_5w1s SEEDS="0 1" STEPS=5000 bash scripts/study_gpu.sh
 #   lightning-episodes report runs/paper_gpu
+#   DATA=glyphs_100_5w1s SEEDS=0 STEPS=20000 SCHEDULE=step ARMS="baseline_online uniform_online" \
+#       OUT=studies/paper_gpu/step bash scripts/study_gpu.sh
 #
 # DATA: a file of configs/data without .yaml (default glyphs_hard_5w1s); SEEDS (default "0 1 2"); STEPS: max_steps
 # (default: paper_gpu.yaml's 10,000); MAX_TIME: a guard, DD:HH:MM:SS, after which a fit stops and tests what it has
@@ -18,9 +20,18 @@ DATA=${DATA:-glyphs_hard_5w1s}
 SEEDS=${SEEDS:-0 1 2}
 OUT=${OUT:-runs/paper_gpu}
 LAUNCHER=${LAUNCHER:-python -m lightning_episodes}
-ARMS="baseline_online uniform_online uniform_online_psis uniform_online_placebo"
+ARMS=${ARMS:-baseline_online uniform_online uniform_online_psis uniform_online_placebo}
+SCHEDULE=${SCHEDULE:-constant}
 [ -f "configs/data/$DATA.yaml" ] || { echo "study_gpu.sh: DATA=$DATA: no configs/data/$DATA.yaml" >&2; exit 2; }
+for arm in $ARMS; do
+    [ -f "configs/sampling/$arm.yaml" ] || { echo "study_gpu.sh: ARMS: no configs/sampling/$arm.yaml" >&2; exit 2; }
+done
 extra=()
+if [ "$SCHEDULE" != constant ]; then
+    [ -f "configs/schedules/$SCHEDULE.yaml" ] || {
+        echo "study_gpu.sh: SCHEDULE=$SCHEDULE: constant or a file of configs/schedules without .yaml" >&2; exit 2; }
+    extra+=(--config "configs/schedules/$SCHEDULE.yaml")
+fi
 [ -n "${STEPS:-}" ] && extra+=("--trainer.max_steps=$STEPS")
 [ -n "${MAX_TIME:-}" ] && extra+=("--trainer.max_time=$MAX_TIME")
 read -r -a more <<< "${EXTRA:-}"
