@@ -214,6 +214,8 @@ def _seeds(count: int) -> str:
 TICK_WIDTH = 22
 #: inches of figure width per arm in a benchmark's column (a wrapped label at 7 pt takes about 1.3), at least 5 a column
 ARM_WIDTH = 1.35
+#: benchmark columns side by side in the study plot; more go on further rows, so that the figure stays page-wide
+COLUMNS_PER_ROW = 2
 
 
 def _arm_label(scheme: str, seeds: int) -> str:
@@ -223,7 +225,8 @@ def _arm_label(scheme: str, seeds: int) -> str:
 
 def plot_study(table: ResultsTable, runs: Sequence[RunResult]) -> Figure:
     """A study at a glance: per benchmark (a column of ``table``), each arm's test accuracy with its 95% interval
-    (top) and each run's validation curve, coloured by arm, with its best step marked (bottom).
+    (top) and each run's validation curve, coloured by arm, with its best step marked (bottom). At most
+    ``COLUMNS_PER_ROW`` benchmarks side by side; the others below them, in the table's order.
 
     Args:
         table: the results table of the runs (:func:`~lightning_episodes.analysis.report.build_table`).
@@ -235,11 +238,18 @@ def plot_study(table: ResultsTable, runs: Sequence[RunResult]) -> Figure:
     columns, runs = table.columns, distinguish_protocols(runs)
     arms = {column: [row for row in table.rows if (row, column) in table.cells] for column in columns}
     width = max(5.0, ARM_WIDTH * max(map(len, arms.values()), default=1))
-    figure = Figure(figsize=(width * max(1, len(columns)), 7.0), layout="constrained")
-    axes = figure.subplots(2, max(1, len(columns)), squeeze=False)
+    across = min(COLUMNS_PER_ROW, max(1, len(columns)))
+    down = max(1, -(-len(columns) // across))
+    figure = Figure(figsize=(width * across, 7.0 * down), layout="constrained")
+    axes = figure.subplots(2 * down, across, squeeze=False)
+    for j in range(max(1, len(columns)), down * across):  # the last row's empty places
+        r, c = divmod(j, across)
+        axes[2 * r, c].set_visible(False)
+        axes[2 * r + 1, c].set_visible(False)
     colours = {row: f"C{k}" for k, row in enumerate(table.rows)}
     for j, column in enumerate(columns):
-        top, bottom = axes[0, j], axes[1, j]
+        r, c = divmod(j, across)
+        top, bottom = axes[2 * r, c], axes[2 * r + 1, c]
         present = arms[column]
         for k, row in enumerate(present):
             cell = table.cells[row, column]

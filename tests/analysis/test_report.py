@@ -464,3 +464,26 @@ def test_study_plot_labels_do_not_overlap_however_many_arms(tmp_path: Path) -> N
     assert len(labels) == 6
     boxes = sorted((label.get_window_extent() for label in labels), key=lambda box: box.x0)
     assert all(left.x1 < right.x0 for left, right in itertools.pairwise(boxes))
+
+
+def test_study_plot_puts_at_most_two_benchmarks_side_by_side(tmp_path: Path) -> None:
+    """Three benchmarks: two side by side, the third below the first (its accuracies over its curves), the empty
+    place beside it hidden; the figure is two columns wide, not three."""
+    from lightning_episodes.analysis.plots import COLUMNS_PER_ROW, plot_study
+
+    assert COLUMNS_PER_ROW == 2
+    for dataset in ("glyphs", "glyphs-hard", "glyphs-100"):
+        write_run(tmp_path / dataset / "base", 0.55, 0.01, [weighting("baseline")], dataset=dataset)
+        write_run(tmp_path / dataset / "uniform", 0.50, 0.01, sampling=sampling(target="uniform"), dataset=dataset)
+    runs = load(tmp_path)
+    table = build_table(runs)
+    assert len(table.columns) == 3
+    figure = plot_study(table, runs)
+    assert figure.get_size_inches() == pytest.approx((2 * 5.0, 2 * 7.0))
+    grid = [[figure.axes[2 * row + i] for i in range(2)] for row in range(4)]  # subplots' row-major order, 4 x 2
+    titles = [[ax.get_title() for ax in row] for row in grid]
+    labels = [column.label for column in table.columns]
+    assert titles[0] == labels[:2]
+    assert titles[2][0] == labels[2]
+    assert [ax.get_ylabel() for ax in grid[3]][0] == "validation accuracy (%)"
+    assert [ax.get_visible() for row in grid for ax in row] == [True] * 4 + [True, False, True, False]
