@@ -8,6 +8,7 @@ with pyplot's global state or shown, and saving renders with the Agg backend
 
 from __future__ import annotations
 
+import math
 import textwrap
 from collections.abc import Sequence
 
@@ -239,17 +240,16 @@ def plot_study(table: ResultsTable, runs: Sequence[RunResult]) -> Figure:
     arms = {column: [row for row in table.rows if (row, column) in table.cells] for column in columns}
     width = max(5.0, ARM_WIDTH * max(map(len, arms.values()), default=1))
     across = min(COLUMNS_PER_ROW, max(1, len(columns)))
-    down = max(1, -(-len(columns) // across))
+    down = max(1, math.ceil(len(columns) / across))
     figure = Figure(figsize=(width * across, 7.0 * down), layout="constrained")
     axes = figure.subplots(2 * down, across, squeeze=False)
-    for j in range(max(1, len(columns)), down * across):  # the last row's empty places
-        r, c = divmod(j, across)
-        axes[2 * r, c].set_visible(False)
-        axes[2 * r + 1, c].set_visible(False)
+    # each benchmark's place: its accuracies over its curves, row by row
+    places = [(axes[2 * r, c], axes[2 * r + 1, c]) for r in range(down) for c in range(across)]
+    for unused in places[max(1, len(columns)) :]:
+        for ax in unused:
+            ax.set_visible(False)
     colours = {row: f"C{k}" for k, row in enumerate(table.rows)}
-    for j, column in enumerate(columns):
-        r, c = divmod(j, across)
-        top, bottom = axes[2 * r, c], axes[2 * r + 1, c]
+    for column, (top, bottom) in zip(columns, places, strict=False):
         present = arms[column]
         for k, row in enumerate(present):
             cell = table.cells[row, column]
