@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The converging study of docs/study.md ("Under the paper's protocol"): ProtoNet conv4 5-way 1-shot on glyphs-hard and
-# glyphs-100, constant and step learning rate, the protocol of configs/study/converge_cpu.yaml, nothing tuned for any
+# glyphs-100, constant and step learning rate (and cosine, SCHEDULES="cosine"), the protocol of configs/study/converge_cpu.yaml, nothing tuned for any
 # arm. Runs go to $OUT/<schedule>/<data>__<model>/seed<N>/<arm>/ in priority order: seed 0 of the baseline and the
 # paper's uniform in every cell first (the schedules in the order of $SCHEDULES), then seed 0 of resampling and its
 # placebo, then seeds 1 and 2 of the baseline, the paper's uniform and resampling, then seed 0 of the other arms
@@ -9,7 +9,10 @@
 # (scripts/run_scenario.py). The arms: the paper's uniform, its resampling variant, PSIS, and the two placebos.
 #   bash scripts/study_converge.sh glyphs_100_5w1s      # one benchmark (a stream of its own; two streams fit 2 cores)
 #   bash scripts/study_converge.sh                      # both, one after the other
+#   SCHEDULES=cosine bash scripts/study_converge.sh glyphs_100_5w1s   # another schedule: a file of configs/schedules
 #   lightning-episodes report studies/converge/step/glyphs_100_5w1s__protonet_euclidean_conv4
+# SCHEDULES: constant (Adam 1e-3 throughout), step (configs/study/step_cpu.yaml: halve every 1,000 of the 3,000 steps)
+# or the name of any other file of configs/schedules (cosine, linear: annealed to 0 at the 3,000th step).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-.venv/bin/python}
@@ -19,12 +22,27 @@ ARMS=${ARMS:-uniform_online_psis uniform_online_placebo}
 SCHEDULES=${SCHEDULES:-constant step}
 DATA=("${@:-glyphs_100_5w1s glyphs_hard_5w1s}")
 read -r -a DATA <<< "${DATA[*]}"
+for schedule in $SCHEDULES; do
+    case $schedule in
+        constant | step) ;;
+        *) [ -f "configs/schedules/$schedule.yaml" ] || {
+               echo "study_converge.sh: SCHEDULES: $schedule is not constant, step or a file of configs/schedules" >&2
+               exit 2; } ;;
+    esac
+done
+for data in "${DATA[@]}"; do
+    [ -f "configs/data/$data.yaml" ] || { echo "study_converge.sh: no configs/data/$data.yaml" >&2; exit 2; }
+done
 
 scenario() {  # <data> <schedule> <seeds> <schemes...>
     local data=$1 schedule=$2 seeds=$3
     shift 3
     local trainer=(configs/study/converge_cpu.yaml)
-    [ "$schedule" = step ] && trainer+=(configs/study/step_cpu.yaml)
+    case $schedule in
+        constant) ;;
+        step) trainer+=(configs/study/step_cpu.yaml) ;;
+        *) trainer+=("configs/schedules/$schedule.yaml") ;;
+    esac
     # shellcheck disable=SC2086
     "$PYTHON" scripts/run_scenario.py --data "configs/data/$data.yaml" --model "$MODEL" --trainer "${trainer[@]}" \
         --online-only --schemes "$@" --seeds $seeds --out "$OUT/$schedule" --launcher "$PYTHON -m lightning_episodes"
