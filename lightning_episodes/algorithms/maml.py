@@ -43,7 +43,7 @@ class MAML(EpisodicModule):
             lr 1e-3, the paper's) and evaluation arguments of :class:`EpisodicModule`.
 
     Raises:
-        ValueError: on a non-positive step count, learning rate or ``ways``, an unknown backbone, an image
+        ValueError: on a non-positive step count or learning rate, ``ways`` below 2, an unknown backbone, an image
             too small for it, ``eval_batch_norm="running"`` without running statistics, or
             ``compile_backbone`` (MAML's inner loop recompiles the backbone until torch.compile gives up).
     """
@@ -65,7 +65,7 @@ class MAML(EpisodicModule):
         eval_batch_norm: EvalBatchNorm = "episode",
         **kwargs: Any,
     ) -> None:
-        check_min("ways", ways, 1)
+        check_min("ways", ways, 2)
         check_min("adaptation_steps", adaptation_steps, 1)
         check_min("adaptation_lr", adaptation_lr, 0, inclusive=False)
         # resolved before the base saves the hyper-parameters: the checkpoint records the steps evaluation takes

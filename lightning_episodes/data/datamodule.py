@@ -18,9 +18,12 @@ from lightning_episodes.data.sampler import EpisodeSampler
 from lightning_episodes.data.streams import EvaluationEpisodes, TrainingEpisodes
 
 #: The arguments that must be >= 1 where given (``None`` stands for a default), in the order they are checked.
-_POSITIVE = (
-    "ways", "shots", "queries", "eval_ways", "eval_shots", "eval_queries", "episodes_per_batch",
-    "eval_episodes_per_batch", "val_episodes", "test_episodes", "image_size", "channels",
+#: the smallest value of each size: an episode needs two classes to tell apart (a 1-way one is always right, with
+#: zero loss), everything else one
+_MINIMUM = {"ways": 2, "eval_ways": 2} | dict.fromkeys(
+    ("shots", "queries", "eval_shots", "eval_queries", "episodes_per_batch", "eval_episodes_per_batch",
+     "val_episodes", "test_episodes", "image_size", "channels"),
+    1,
 )  # fmt: skip
 
 
@@ -35,10 +38,10 @@ class EpisodicDataModule(pl.LightningDataModule):
     Args:
         dataset: registered dataset name (``glyphs`` ships with the library; see ``available_datasets()``).
         root: dataset folder or cache folder (``None``: the dataset's default).
-        ways: classes per training episode.
+        ways: classes per training episode, >= 2.
         shots: support samples per class in training.
         queries: query samples per class in training (15 is the field's convention).
-        eval_ways: classes per validation/test episode (default: ``ways``).
+        eval_ways: classes per validation/test episode, >= 2 (default: ``ways``).
         eval_shots: support samples per class in evaluation (default: ``shots``).
         eval_queries: query samples per class in evaluation (default: ``queries``).
         episodes_per_batch: episodes per training step over all devices (must divide by the device count).
@@ -59,9 +62,9 @@ class EpisodicDataModule(pl.LightningDataModule):
         download: let loaders of downloadable datasets fetch missing files.
 
     Raises:
-        ValueError: for non-positive sizes (at construction) and, at setup, for requests the dataset cannot
-            satisfy (more ways than classes, shots + queries above the smallest class) or a batch that does
-            not divide by the number of devices.
+        ValueError: for non-positive sizes or 1-way episodes (at construction) and, at setup, for requests the
+            dataset cannot satisfy (more ways than classes, shots + queries above the smallest class) or a batch
+            that does not divide by the number of devices.
     """
 
     def __init__(
@@ -91,9 +94,9 @@ class EpisodicDataModule(pl.LightningDataModule):
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
-        for name in _POSITIVE:
-            if self.hparams[name] is not None and self.hparams[name] < 1:
-                raise ValueError(f"data.{name} must be >= 1, got {self.hparams[name]}")
+        for name, minimum in _MINIMUM.items():
+            if self.hparams[name] is not None and self.hparams[name] < minimum:
+                raise ValueError(f"data.{name} must be >= {minimum}, got {self.hparams[name]}")
         if train_episodes_per_epoch is not None and train_episodes_per_epoch < episodes_per_batch:
             raise ValueError(
                 f"data.train_episodes_per_epoch={train_episodes_per_epoch} must be >= "

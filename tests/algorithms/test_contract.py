@@ -88,7 +88,7 @@ ROWS = [
             ({"adaptation_steps": 0}, r"model.adaptation_steps must be >= 1, got 0"),
             ({"eval_adaptation_steps": 0}, r"model.eval_adaptation_steps must be >= 1, got 0"),
             ({"adaptation_lr": -0.1}, r"model.adaptation_lr must be > 0, got -0.1"),
-            ({"ways": 0}, r"model.ways must be >= 1, got 0"),
+            ({"ways": 1}, r"model.ways must be >= 2, got 1"),
             ({"eval_batch_norm": "running"}, r"model.eval_batch_norm='running' needs running statistics"),
             ({"compile_backbone": True}, r"model.compile_backbone=true does not speed up MAML"),
         ),

@@ -37,7 +37,7 @@ def _error_line(stderr: str, command: str = "fit") -> str:
     ("args", "message"),
     [
         # a value our classes refuse when the config is instantiated
-        (["--data.ways", "0"], "data.ways must be >= 1, got 0"),
+        (["--data.ways", "1"], "data.ways must be >= 2, got 1"),
         pytest.param(
             ["--config", UNIFORM, "--trainer.callbacks.decay", "1.5"],
             ("decay must be", "[0, 1)", "got 1.5"),
@@ -85,7 +85,7 @@ def test_the_debug_variable_shows_the_traceback(tmp_path: Path) -> None:
     done = _run(tmp_path, "fit", "--config", QUICKSTART, "--data.ways", "0", debug=True)
     assert done.returncode == 1
     assert "Traceback" in done.stderr
-    assert "data.ways must be >= 1, got 0" in done.stderr
+    assert "data.ways must be >= 2, got 0" in done.stderr
 
 
 @pytest.mark.slow

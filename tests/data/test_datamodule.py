@@ -12,7 +12,9 @@ from tests.helpers import tiny_datamodule
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        ({"ways": 0}, r"data.ways must be >= 1, got 0"),
+        ({"ways": 0}, r"data.ways must be >= 2, got 0"),
+        ({"ways": 1}, r"data.ways must be >= 2, got 1"),
+        ({"eval_ways": 1}, r"data.eval_ways must be >= 2, got 1"),
         ({"queries": -2}, r"data.queries must be >= 1"),
         ({"episodes_per_batch": 0}, r"data.episodes_per_batch must be >= 1"),
         ({"val_episodes": 0}, r"data.val_episodes must be >= 1"),
