@@ -58,11 +58,15 @@ def support_classes(support_dir: Path) -> dict[str, list[Path]]:
 
     Raises:
         FileNotFoundError: if ``support_dir`` does not exist.
-        ValueError: if it holds files beside the class folders, no class, an empty class folder, a file that is not
-            an image, or classes with different numbers of images.
+        ValueError: if it holds files beside the class folders, fewer than two classes, an empty class folder, a
+            file that is not an image, or classes with different numbers of images.
     """
     require_folder(support_dir, "support folder")
     classes = class_files(support_dir)
+    if len(classes) < 2:
+        raise ValueError(
+            f"{support_dir} holds one class sub-folder ({next(iter(classes))}): predict chooses between at least two"
+        )
     shots = {name: len(files) for name, files in classes.items()}
     if len(set(shots.values())) > 1:
         counts = ", ".join(f"{name}: {count}" for name, count in shots.items())

@@ -9,6 +9,7 @@ being the mean query cross-entropy), and for ProtoNet by hand from the backbone'
 from __future__ import annotations
 
 import csv
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -156,6 +157,7 @@ def _run_predict(*args: str) -> subprocess.CompletedProcess[str]:
         ("text-file", "notes.txt is not an image file"),
         ("broken-png", "broken.png is not a readable image"),
         ("loose-file", "must hold one sub-folder per class"),
+        ("one-class", "holds one class sub-folder (class_a): predict chooses between at least two"),
         ("missing-query", "query folder"),
     ],
 )
@@ -172,6 +174,9 @@ def test_bad_folders_are_clear_errors(
         (query_dir / "notes.txt").write_text("not an image")
     elif breakage == "broken-png":
         (query_dir / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\n truncated")
+    elif breakage == "one-class":
+        for name in ("class_b", "class_c"):
+            shutil.rmtree(support_dir / name)
     elif breakage == "loose-file":
         (support_dir / "stray.png").write_bytes((support_dir / "class_a" / "0.png").read_bytes())
     else:
