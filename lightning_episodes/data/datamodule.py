@@ -17,9 +17,8 @@ from lightning_episodes.data.episode import Episode, EpisodeIdentity
 from lightning_episodes.data.sampler import EpisodeSampler
 from lightning_episodes.data.streams import EvaluationEpisodes, TrainingEpisodes
 
-#: The arguments that must be >= 1 where given (``None`` stands for a default), in the order they are checked.
-#: the smallest value of each size: an episode needs two classes to tell apart (a 1-way one is always right, with
-#: zero loss), everything else one
+#: The smallest value of each size where given (``None`` stands for a default), in the order they are checked: an
+#: episode needs two classes to tell apart (a 1-way one is always right, with zero loss), everything else one.
 _MINIMUM = {"ways": 2, "eval_ways": 2} | dict.fromkeys(
     ("shots", "queries", "eval_shots", "eval_queries", "episodes_per_batch", "eval_episodes_per_batch",
      "val_episodes", "test_episodes", "image_size", "channels"),
