@@ -3,7 +3,8 @@
 # glyphs-100, constant and step learning rate (cosine with SCHEDULES=cosine), the protocol of
 # configs/study/converge_cpu.yaml, nothing tuned for any arm. Runs go to $OUT/<schedule>/<data>__<model>/seed<N>/<arm>/
 # in priority order: seed 0 of the baseline and the paper's uniform in every cell first (the schedules in the order
-# of $SCHEDULES), then seed 0 of resampling and its placebo, then seeds 1 and 2 of the baseline, the paper's uniform and resampling, then seed 0 of the other arms
+# of $SCHEDULES), then seed 0 of resampling and its placebo, then seeds 1 and 2 of the baseline, the paper's uniform
+# and resampling, then seed 0 of the other arms
 # ($ARMS). The order only sets what is ready first: every run is a function of its config and seed.
 # Resumable: run it again and finished runs are skipped, a stopped one resumes from its last.ckpt
 # (scripts/run_scenario.py). The arms: the paper's uniform, its resampling variant, PSIS, and the two placebos.
