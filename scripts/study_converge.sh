@@ -23,13 +23,18 @@ ARMS=${ARMS:-uniform_online_psis uniform_online_placebo}
 SCHEDULES=${SCHEDULES:-constant step}
 DATA=("${@:-glyphs_100_5w1s glyphs_hard_5w1s}")
 read -r -a DATA <<< "${DATA[*]}"
-for schedule in $SCHEDULES; do
-    case $schedule in
-        constant | step) ;;
-        *) [ -f "configs/schedules/$schedule.yaml" ] || {
-               echo "study_converge.sh: SCHEDULES: $schedule is not constant, step or a file of configs/schedules" >&2
-               exit 2; } ;;
+schedule_config() {  # <schedule>: the config it adds to converge_cpu.yaml (none for constant)
+    case $1 in
+        constant) ;;
+        step) echo configs/study/step_cpu.yaml ;;
+        *) echo "configs/schedules/$1.yaml" ;;
     esac
+}
+for schedule in $SCHEDULES; do
+    config=$(schedule_config "$schedule")
+    [ -z "$config" ] || [ -f "$config" ] || {
+        echo "study_converge.sh: SCHEDULES: $schedule is not constant, step or a file of configs/schedules" >&2
+        exit 2; }
 done
 for data in "${DATA[@]}"; do
     [ -f "configs/data/$data.yaml" ] || { echo "study_converge.sh: no configs/data/$data.yaml" >&2; exit 2; }
@@ -38,12 +43,8 @@ done
 scenario() {  # <data> <schedule> <seeds> <schemes...>
     local data=$1 schedule=$2 seeds=$3
     shift 3
-    local trainer=(configs/study/converge_cpu.yaml)
-    case $schedule in
-        constant) ;;
-        step) trainer+=(configs/study/step_cpu.yaml) ;;
-        *) trainer+=("configs/schedules/$schedule.yaml") ;;
-    esac
+    # shellcheck disable=SC2046  # paths without spaces: none or one word
+    local trainer=(configs/study/converge_cpu.yaml $(schedule_config "$schedule"))
     # shellcheck disable=SC2086
     "$PYTHON" scripts/run_scenario.py --data "configs/data/$data.yaml" --model "$MODEL" --trainer "${trainer[@]}" \
         --online-only --schemes "$@" --seeds $seeds --out "$OUT/$schedule" --launcher "$PYTHON -m lightning_episodes"
