@@ -439,24 +439,28 @@ def build_table(results: Iterable[RunResult], bold_within: BoldWithin = "column"
 
 
 def runs_markdown(results: Iterable[RunResult]) -> str:
-    """A Markdown table with a line per run that recorded its validation curve: its test accuracy, its best
-    validation accuracy and step, its last validation step, and whether it converged (its best validation came
-    before its last); empty if no run recorded a curve."""
+    """A Markdown table with a line per run that recorded its validation curve: its test accuracy, its best and its
+    last validation accuracy with their steps, and whether it converged (its best validation came before its last);
+    empty if no run recorded a curve."""
     runs = [r for r in distinguish_protocols(results) if r.validation]
     runs.sort(key=lambda r: (r.column.key(), r.row.key(), str(r.seed)))
     if not runs:
         return ""
     lines = [
-        "| Benchmark | Sampling | Seed | Test acc. (%) | Best val. acc. (%) | Best step | Last validation | Converged |"
+        "| Benchmark | Sampling | Seed | Test acc. (%) | Best val. acc. (%) | Best step | Last val. acc. (%) "
+        "| Last step | Converged |"
     ]
-    lines.append("|---|---|---:|---:|---:|---:|---:|---|")
+    lines.append("|---|---|---:|---:|---:|---:|---:|---:|---|")
     for run in runs:
         best = max(accuracy for _, accuracy in run.validation)
+        last_step, last = run.validation[-1]
         seed = "" if run.seed is None else run.seed[0]
+        converged = "yes" if run.converged else "no"
         lines.append(
             f"| {run.column.label} | {run.row.scheme} | {seed} | {100 * run.accuracy:.2f} ± {100 * run.ci95:.2f} | "
-            f"{100 * best:.2f} | {run.best_step} | {run.validation[-1][0]} | {'yes' if run.converged else 'no'} |"
+            f"{100 * best:.2f} | {run.best_step} | {100 * last:.2f} | {last_step} | {converged} |"
         )
-    return (
-        "\n".join(lines) + "\n\nConverged: the best validation came before the last (the run stopped after its peak).\n"
+    return "\n".join(lines) + (
+        "\n\nConverged: the best validation came before the last (the run stopped after its peak). How far the last"
+        " falls below the best tells an over-fit from a plateau.\n"
     )
