@@ -259,11 +259,11 @@ def plot_study(table: ResultsTable, runs: Sequence[RunResult]) -> Figure:
         top.set_ylabel("test accuracy (%) ± 95% CI")
         top.set_title("\n".join(textwrap.wrap(column.label, 60)), fontsize=9)
         for run in runs:
-            if run.column != column or not run.validation:
+            best = run.best_validation
+            if run.column != column or best is None:
                 continue
             steps, accuracies = zip(*run.validation, strict=True)
             bottom.plot(steps, [100 * a for a in accuracies], color=colours.get(run.row, "k"), alpha=0.8, lw=1)
-            best = max(run.validation, key=lambda point: point[1])
             bottom.plot([best[0]], [100 * best[1]], "o", color=colours.get(run.row, "k"), ms=4)
         bottom.set_xlabel("step")
         bottom.set_ylabel("validation accuracy (%)")

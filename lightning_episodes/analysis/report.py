@@ -167,9 +167,15 @@ class RunResult:
     validation: tuple[tuple[int, float], ...] = ()
 
     @property
+    def best_validation(self) -> tuple[int, float] | None:
+        """``(step, accuracy)`` of the best validation (the first of equals, as the checkpoint callback keeps it)."""
+        return max(self.validation, key=lambda point: point[1]) if self.validation else None
+
+    @property
     def best_step(self) -> int | None:
-        """The step of the best validation accuracy (the first of equals, as the checkpoint callback keeps it)."""
-        return max(self.validation, key=lambda point: point[1])[0] if self.validation else None
+        """The step of the best validation accuracy (:attr:`best_validation`'s)."""
+        best = self.best_validation
+        return None if best is None else best[0]
 
     @property
     def converged(self) -> bool | None:
@@ -452,13 +458,14 @@ def runs_markdown(results: Iterable[RunResult]) -> str:
     ]
     lines.append("|---|---|---:|---:|---:|---:|---:|---:|---|")
     for run in runs:
-        best = max(accuracy for _, accuracy in run.validation)
+        assert run.best_validation is not None  # runs without a curve are left out above
+        best_step, best = run.best_validation
         last_step, last = run.validation[-1]
         seed = "" if run.seed is None else run.seed[0]
         converged = "yes" if run.converged else "no"
         lines.append(
             f"| {run.column.label} | {run.row.scheme} | {seed} | {100 * run.accuracy:.2f} ± {100 * run.ci95:.2f} | "
-            f"{100 * best:.2f} | {run.best_step} | {100 * last:.2f} | {last_step} | {converged} |"
+            f"{100 * best:.2f} | {best_step} | {100 * last:.2f} | {last_step} | {converged} |"
         )
     return "\n".join(lines) + (
         "\n\nConverged: the best validation came before the last (the run stopped after its peak). How far the last"
