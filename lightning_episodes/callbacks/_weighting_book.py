@@ -49,6 +49,7 @@ class WeightingBook:
         diagnostics: the windows of recent difficulties and weights.
         proposal_name: ``q``'s name (in the misfit warning).
         warmup_steps: online, the fit is checked every ``warmup_steps`` steps from the end of the warm-up.
+        check_fit: whether to check it (not for plain sampling, whose weights are 1 whatever ``q`` is).
     """
 
     def __init__(
@@ -58,9 +59,10 @@ class WeightingBook:
         diagnostics: WeightingDiagnostics,
         proposal_name: str,
         warmup_steps: int,
+        check_fit: bool = True,
     ) -> None:
         self.proposal, self.normalizer, self.diagnostics = proposal, normalizer, diagnostics
-        self.proposal_name, self.warmup_steps = proposal_name, warmup_steps
+        self.proposal_name, self.warmup_steps, self.checks_fit = proposal_name, warmup_steps, check_fit
         #: offline: how many episodes the reference scored to fix ``q`` (0: not yet)
         self.offline_scored = 0
         #: steps whose weights summed to 0 (a zero gradient), and episodes whose loss was not finite (weight 0)
@@ -92,7 +94,7 @@ class WeightingBook:
         (the global batch, or the pool); every ``warmup_steps`` steps from the end of the warm-up the fit is checked."""
         self.proposal.update(difficulties)
         after_warmup = self.proposal.steps - self.warmup_steps
-        if self.proposal.ready and after_warmup >= 0 and after_warmup % self.warmup_steps == 0:
+        if self.checks_fit and self.proposal.ready and after_warmup >= 0 and after_warmup % self.warmup_steps == 0:
             self.check_fit()
 
     def check_fit(self) -> None:

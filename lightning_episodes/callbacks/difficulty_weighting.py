@@ -73,7 +73,8 @@ class DifficultyWeightingCallback(Callback):
     counters, ``pareto_k``, the difficulties' skewness and normality, ``mu_t``, ``grad_norm``: see
     :func:`~lightning_episodes.callbacks._weighting_logs.step_metrics` and ``docs/method.md``). At the end of the
     warm-up (then every ``warmup_steps`` steps, when the verdict changes) it warns if another proposal fits the
-    recent difficulties better (held-out log-likelihood). :attr:`last_step` holds every step's weights.
+    recent difficulties better (held-out log-likelihood), unless the target is plain sampling (weights 1 whatever
+    ``q``). :attr:`last_step` holds every step's weights.
 
     Args:
         target: ``"baseline"``, ``"uniform"``, ``"easy"``, ``"hard"``, ``"curriculum"``, a name registered with
@@ -163,7 +164,10 @@ class DifficultyWeightingCallback(Callback):
         self.normalizer = make_normalizer(options.normalization, **options.normalizer_options())
         self.diagnostics = WeightingDiagnostics(window)
         #: the checkpointed state (``proposal_model``, ``normalizer``, ``diagnostics`` and the counters)
-        self.book = WeightingBook(self.proposal_model, self.normalizer, self.diagnostics, proposal, warmup_steps)
+        self.book = WeightingBook(
+            self.proposal_model, self.normalizer, self.diagnostics, proposal, warmup_steps,
+            check_fit=not self.target.plain_sampling,
+        )  # fmt: skip
         self.resampler = Resampler(pool, replacement, shuffle_weights, seed, out_of_support)
         #: ``mode="resample"``: the goodness of fit of the chosen difficulties (checkpointed)
         self.selection_fit = SelectionFit(window)

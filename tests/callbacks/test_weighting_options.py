@@ -9,6 +9,7 @@ import math
 import re
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -156,6 +157,16 @@ def test_a_misfitting_proposal_is_named_once_at_the_end_of_the_warm_up(proposal:
         assert "proposal='lognormal' fits better" in misfits[0] or "proposal='empirical' fits better" in misfits[0]
     else:
         assert misfits == []
+
+
+def test_plain_sampling_never_warns_of_a_misfit() -> None:
+    """The baseline's weights are 1 whatever ``q`` is: advice to change ``proposal`` would change nothing."""
+    callback = DifficultyWeightingCallback(target="baseline", proposal="normal", warmup_steps=40)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _fit(callback, LogNormalDifficulties(image_size=16), max_steps=81, log_every_n_steps=50)
+    assert not [w for w in caught if "misfits" in str(w.message)]
+    assert callback.book.verdict == ""
 
 
 # -- the console script -----------------------------------------------------------------------------------------------
