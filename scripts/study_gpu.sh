@@ -10,19 +10,24 @@
 #   DATA=glyphs_100_5w1s SEEDS=0 STEPS=20000 SCHEDULE=step ARMS="baseline_online uniform_online" \
 #       OUT=studies/paper_gpu/step bash scripts/study_gpu.sh
 #
-# DATA: a file of configs/data without .yaml (default glyphs_hard_5w1s); SEEDS (default "0 1 2"); STEPS: max_steps
-# (default: paper_gpu.yaml's 10,000); MAX_TIME: a guard, DD:HH:MM:SS, after which a fit stops and tests what it has
-# (default none); OUT (default runs/paper_gpu); LAUNCHER (default "python -m lightning_episodes"); PYTHON (default
-# python); EXTRA: more arguments for every fit (e.g. "--trainer.accelerator=cpu --data.device_cache=false" to try it).
+# DATA: a file of configs/data without .yaml (default glyphs_hard_5w1s); MODEL: a file of configs/models without .yaml
+# (default protonet_euclidean_conv4); SEEDS (default "0 1 2"); STEPS: max_steps (default: paper_gpu.yaml's 20,000);
+# MAX_TIME: a guard, DD:HH:MM:SS, after which a fit stops and tests what it has (default none); DEADLINE: a Unix time
+# by which every fit must have ended, its test included (a lent GPU's end): each fit gets the guard that leaves it
+# RESERVE_S seconds (default 90) to start and test, and a fit with no time left is not started; OUT (default
+# runs/paper_gpu); LAUNCHER (default "python -m lightning_episodes"); PYTHON (default python); EXTRA: more arguments
+# for every fit (e.g. "--trainer.accelerator=cpu --data.device_cache=false" to try it).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 DATA=${DATA:-glyphs_hard_5w1s}
 SEEDS=${SEEDS:-0 1 2}
 OUT=${OUT:-runs/paper_gpu}
 LAUNCHER=${LAUNCHER:-python -m lightning_episodes}
+MODEL=${MODEL:-protonet_euclidean_conv4}
 ARMS=${ARMS:-baseline_online uniform_online uniform_online_psis uniform_online_placebo}
 SCHEDULE=${SCHEDULE:-constant}
 [ -f "configs/data/$DATA.yaml" ] || { echo "study_gpu.sh: DATA=$DATA: no configs/data/$DATA.yaml" >&2; exit 2; }
+[ -f "configs/models/$MODEL.yaml" ] || { echo "study_gpu.sh: MODEL=$MODEL: no configs/models/$MODEL.yaml" >&2; exit 2; }
 for arm in $ARMS; do
     [ -f "configs/sampling/$arm.yaml" ] || { echo "study_gpu.sh: ARMS: no configs/sampling/$arm.yaml" >&2; exit 2; }
 done
@@ -34,7 +39,14 @@ if [ "$SCHEDULE" != constant ]; then
 fi
 [ -n "${STEPS:-}" ] && extra+=("--trainer.max_steps=$STEPS")
 [ -n "${MAX_TIME:-}" ] && extra+=("--trainer.max_time=$MAX_TIME")
-read -r -a more <<< "${EXTRA:-}"
+[[ "${DEADLINE:-0}" =~ ^[0-9]+$ ]] || { echo "study_gpu.sh: DEADLINE=$DEADLINE: a Unix time in seconds" >&2; exit 2; }
+# the --trainer.max_time that ends a fit started now by DEADLINE, RESERVE_S before it (fails when none is left)
+deadline_guard() {
+    local left=$(( DEADLINE - $(date +%s) - ${RESERVE_S:-90} ))
+    [ "$left" -gt 0 ] || return 1
+    printf -- '--trainer.max_time=00:%02d:%02d:%02d' $(( left / 3600 )) $(( left % 3600 / 60 )) $(( left % 60 ))
+}
+read -r -d "" -a more <<< "${EXTRA:-}"  # every word, over several lines too
 extra+=("${more[@]}")
 # render (or check) the dataset's cache once, before parallel fits would race to write it
 ${PYTHON:-python} - "$DATA" <<'PY' || exit 1
@@ -45,18 +57,24 @@ load_dataset(args["dataset"], image_size=args["image_size"], channels=args["chan
 PY
 failed=0
 for seed in $SEEDS; do
-    folder="$OUT/${DATA}__protonet_euclidean_conv4/seed$seed"
+    folder="$OUT/${DATA}__$MODEL/seed$seed"
     pids=()
     for arm in $ARMS; do
         if compgen -G "$folder/$arm/*/*/test_results.json" > /dev/null; then
             echo "[study_gpu] $folder/$arm is done: skipped" >&2
             continue
         fi
+        guard=()
+        if [ "${DEADLINE:-0}" != 0 ]; then
+            guard=("$(deadline_guard)") || {
+                echo "[study_gpu] $folder/$arm: no time left before DEADLINE" >&2; failed=1; continue; }
+        fi
         mkdir -p "$folder/$arm"
-        $LAUNCHER fit --config "configs/data/$DATA.yaml" --config configs/models/protonet_euclidean_conv4.yaml \
+        $LAUNCHER fit --config "configs/data/$DATA.yaml" --config "configs/models/$MODEL.yaml" \
             --config configs/trainer/gpu.yaml --config configs/study/paper_gpu.yaml \
             --config "configs/sampling/$arm.yaml" --seed_everything="$seed" --data.train_seed="$seed" \
-            --trainer.default_root_dir="$folder/$arm" --test_after_fit=true "${extra[@]}" > "$folder/$arm.log" 2>&1 &
+            --trainer.default_root_dir="$folder/$arm" --test_after_fit=true "${extra[@]}" "${guard[@]}" \
+            > "$folder/$arm.log" 2>&1 &
         pids+=($!)
     done
     for pid in "${pids[@]}"; do wait "$pid" || failed=1; done

@@ -33,6 +33,8 @@ def study_gpu(tmp_path: Path, **settings: str) -> subprocess.CompletedProcess[st
         ("DATA", "no_such_data", "DATA=no_such_data: no configs/data/no_such_data.yaml"),
         ("SCHEDULE", "cosin", "SCHEDULE=cosin: constant or a file of configs/schedules without .yaml"),
         ("ARMS", "baseline_online uniform", "ARMS: no configs/sampling/uniform.yaml"),
+        ("MODEL", "protonet_cosine", "MODEL=protonet_cosine: no configs/models/protonet_cosine.yaml"),
+        ("DEADLINE", "in 10 minutes", "DEADLINE=in 10 minutes: a Unix time in seconds"),
     ],
 )
 def test_a_bad_setting_is_refused_before_any_fit(tmp_path: Path, setting: str, value: str, message: str) -> None:
