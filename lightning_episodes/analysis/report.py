@@ -27,8 +27,11 @@ its logging. Records and configs of earlier versions, whose ``proposal`` was ``o
 ``estimate``. The baseline target weights every episode 1 whatever the other options, so every baseline run forms
 one "baseline" row. Runs of one cell with different seeds (``seed_everything``, data seed) are combined:
 the mean over seeds, shown with the standard deviation over seeds; the interval combines the test-episode
-interval, which is shared because every seed is tested on the same fixed episodes, with the seed-to-seed standard
-error: ``half-width = sqrt(mean_i(ci_i^2) + (1.96 sd / sqrt(k))^2)`` (one run: its own ``ci95``). Two records of one
+interval, which is shared because every seed is tested on the same fixed episodes (so it does not shrink with k), with
+the Student-t interval of the mean over the k seeds, which covers the spread between trainings:
+``half-width = sqrt(mean_i(ci_i^2) + (t sd / sqrt(k))^2)``, ``t`` the 0.975 quantile of Student's t with k - 1
+degrees of freedom (4.30 for k = 3, 12.71 for k = 2; one run: its own ``ci95``, over the test episodes alone, the
+spread between trainings unmeasured). The bold and † marks compare these intervals. Two records of one
 cell and seed (e.g. a checkpoint tested twice) count once: the newest file is kept, with a warning.
 """
 
@@ -47,6 +50,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
+from scipy import stats
 
 from lightning_episodes.analysis.protocols import Protocol, distinguishing_settings, protocol_of
 from lightning_episodes.evaluation.record import CONFIG_FILE, LEGACY_SAMPLING_DEFAULTS, RESULTS_FILE
@@ -78,10 +82,12 @@ _EPS = 1e-12  # intervals that touch overlap, whatever the rounding
 
 #: The legend printed under the Markdown table.
 LEGEND = (
-    "Mean test accuracy (%) ± 95% confidence interval over the test episodes. **Bold**: the best entry and every "
-    "entry whose interval overlaps it. †: matches or beats the same algorithm's baseline (a mean at least the "
-    "baseline's, or overlapping intervals). Several seeds: their mean and standard deviation (sd); the interval adds "
-    "the seed-to-seed standard error to the test-episode interval."
+    "Mean test accuracy (%) ± 95% interval. One seed: the interval over the test episodes, with the model fixed (the "
+    "spread between trainings is not measured). Several seeds (k): their mean and standard deviation (sd); the "
+    "interval adds the Student-t interval over the seeds' means (t with k − 1 degrees of freedom × sd / √k), which "
+    "covers the spread between trainings, to the test-episode interval. **Bold**: the best entry and every entry "
+    "whose interval overlaps it. †: matches or beats the same algorithm's baseline (a mean at least the baseline's, "
+    "or overlapping intervals)."
 )
 #: Header of the CSV table (accuracies in %; ``bold`` and ``matches_baseline`` are 0/1).
 CSV_COLUMNS = ("algorithm", "target", "estimate", "options", "dataset", "backbone", "ways", "shots", "split",
@@ -209,7 +215,8 @@ def combine(runs: Sequence[RunResult]) -> Cell:
     accuracies = [run.accuracy for run in runs]
     sd = statistics.stdev(accuracies)
     within = statistics.fmean(run.ci95**2 for run in runs)
-    half_width = math.sqrt(within + (1.96 * sd / math.sqrt(len(runs))) ** 2)
+    between = float(stats.t.ppf(0.975, len(runs) - 1)) * sd / math.sqrt(len(runs))
+    half_width = math.sqrt(within + between**2)
     return Cell(statistics.fmean(accuracies), half_width, len(runs), sd, min(run.episodes for run in runs))
 
 

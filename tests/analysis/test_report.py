@@ -16,12 +16,17 @@ from typing import Any
 
 import pytest
 import yaml
+from hypothesis import given
+from hypothesis import strategies as st
+from scipy import stats
 
 from lightning_episodes.analysis.report import (
     IGNORED_OPTIONS,
     Column,
     Row,
+    RunResult,
     build_table,
+    combine,
     find_results,
     read_result,
     sampling_scheme,
@@ -171,22 +176,47 @@ def test_markdown(runs: Path) -> None:
     assert "|  | uniform (offline) | **51.00 ± 0.50**† |" in lines
     assert "|  | hard (online) | 49.00 ± 0.20† |" in lines
     assert "| MAML | baseline | 47.00 ± 1.00 |" in lines
-    assert any(line.startswith("Mean test accuracy (%) ± 95% confidence interval") for line in lines)
+    legend = "Mean test accuracy (%) ± 95% interval. One seed: the interval over the test episodes"
+    assert any(line.startswith(legend) for line in lines)
 
 
 def test_seeds_are_combined(tmp_path: Path) -> None:
     for seed, accuracy in enumerate((0.60, 0.62, 0.64)):
         write_run(tmp_path / f"seed{seed}", accuracy, 0.006, None, distance="cosine", shots=5, seed=seed)
     (cell,) = build_table(load(tmp_path)).cells.values()
-    # sd = 0.02; half-width = sqrt(0.006^2 + (1.96 * 0.02 / sqrt(3))^2) = sqrt(3.6e-5 + 5.12213e-4)
+    # sd = 0.02; t(0.975, 2 df) = 4.302653 (tables); half-width = sqrt(0.006^2 + (4.302653 * 0.02 / sqrt(3))^2)
+    # = sqrt(3.6e-5 + 2.468377e-3) = 0.0500437
     assert cell.seeds == 3
     assert cell.mean == pytest.approx(0.62)
     assert cell.seed_sd == pytest.approx(0.02)
-    assert cell.ci95 == pytest.approx(math.sqrt(0.000036 + 0.000512213), rel=1e-5)
-    assert cell.ci95 == pytest.approx(0.0234139, abs=1e-6)
+    assert cell.ci95 == pytest.approx(math.sqrt(0.000036 + 0.002468377), rel=1e-5)
+    assert cell.ci95 == pytest.approx(0.0500437, abs=1e-6)
     row = build_table(load(tmp_path)).to_markdown().splitlines()[2]
-    assert row == "| ProtoNet (cosine) | baseline | **62.00 ± 2.34** (sd 2.00, 3 seeds) |"
+    assert row == "| ProtoNet (cosine) | baseline | **62.00 ± 5.00** (sd 2.00, 3 seeds) |"
     assert build_table(load(tmp_path)).columns == [MINI_5S]
+
+
+@given(
+    accuracies=st.lists(st.floats(0.2, 0.9), min_size=2, max_size=8).filter(lambda a: max(a) - min(a) > 1e-3),
+    test_ci=st.floats(0.0, 0.02),
+)
+def test_the_seed_interval_is_students_t_over_the_seeds_means(accuracies: list[float], test_ci: float) -> None:
+    """Against scipy: without a test-episode interval the cell's interval is scipy's Student-t interval of the seeds'
+    mean; with one (shared by every seed), the two add in quadrature."""
+    runs = [RunResult(Path(f"s{i}"), Row("ProtoNet", "baseline"), MINI_1S, a, test_ci, 1000, (i, 0)) for i, a in
+            enumerate(accuracies)]  # fmt: skip
+    cell = combine(runs)
+    low, high = stats.t.interval(0.95, len(accuracies) - 1, loc=stats.tmean(accuracies), scale=stats.sem(accuracies))
+    assert cell.mean == pytest.approx((low + high) / 2)
+    assert cell.ci95 == pytest.approx(math.hypot((high - low) / 2, test_ci), rel=1e-9)
+    assert cell.seed_sd == pytest.approx(stats.tstd(accuracies))
+
+
+def test_two_seeds_take_the_t_quantile_of_one_degree_of_freedom() -> None:
+    # 0.50 and 0.54: sd = 0.02 * sqrt(2) = 0.0282843, sd / sqrt(2) = 0.02, t(0.975, 1) = 12.7062 (tables): ± 0.2541
+    runs = [RunResult(Path(f"s{i}"), Row("ProtoNet", "baseline"), MINI_1S, a, 0.0, 1000, (i, 0)) for i, a in
+            enumerate((0.50, 0.54))]  # fmt: skip
+    assert combine(runs).ci95 == pytest.approx(0.2541240, abs=1e-6)
 
 
 def test_one_seed_tested_twice_counts_once(tmp_path: Path) -> None:
@@ -315,7 +345,8 @@ def test_records_that_differ_only_in_an_option_are_different_rows(tmp_path: Path
     assert {scheme: cell.seeds for scheme, cell in cells.items()} == dict.fromkeys(cells, 2)
     assert cells["uniform (online)"].mean == pytest.approx(0.505)
     assert cells["uniform (online, out_of_support=clamp)"].mean == pytest.approx(0.405)
-    assert "|  | uniform (online, out_of_support=clamp) | 40.50 ± " in table.to_markdown()
+    # two seeds 1 point apart: t(0.975, 1) makes the interval wide enough to overlap the best (bold)
+    assert "|  | uniform (online, out_of_support=clamp) | **40.50 ± " in table.to_markdown()
     line = next(r for r in csv.DictReader(io.StringIO(table.to_csv())) if r["options"])
     assert (line["target"], line["estimate"], line["options"]) == ("uniform", "online", "out_of_support=clamp")
 
