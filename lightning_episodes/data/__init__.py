@@ -5,7 +5,7 @@ from lightning_episodes.data.augment import RandomShiftFlip
 from lightning_episodes.data.datamodule import EpisodicDataModule
 from lightning_episodes.data.datasets import ImageDataset, available_datasets, load_dataset, register_dataset
 from lightning_episodes.data.episode import Episode, EpisodeIdentity
-from lightning_episodes.data.sampler import EpisodeSampler, mix_seed
+from lightning_episodes.data.sampler import EpisodeSampler, keep_per_class, mix_seed
 from lightning_episodes.data.streams import EvaluationEpisodes, TrainingEpisodes
 
 __all__ = [
@@ -19,6 +19,7 @@ __all__ = [
     "RandomShiftFlip",
     "TrainingEpisodes",
     "available_datasets",
+    "keep_per_class",
     "load_dataset",
     "mix_seed",
     "register_dataset",

@@ -14,14 +14,14 @@ from lightning_episodes.data.assembly import EpisodeAssembler
 from lightning_episodes.data.augment import RandomShiftFlip
 from lightning_episodes.data.datasets import ImageDataset, load_dataset
 from lightning_episodes.data.episode import Episode, EpisodeIdentity
-from lightning_episodes.data.sampler import EpisodeSampler
+from lightning_episodes.data.sampler import EpisodeSampler, keep_per_class
 from lightning_episodes.data.streams import EvaluationEpisodes, TrainingEpisodes
 
 #: The smallest value of each size where given (``None`` stands for a default), in the order they are checked: an
 #: episode needs two classes to tell apart (a 1-way one is always right, with zero loss), everything else one.
 _MINIMUM = {"ways": 2, "eval_ways": 2} | dict.fromkeys(
     ("shots", "queries", "eval_shots", "eval_queries", "episodes_per_batch", "eval_episodes_per_batch",
-     "val_episodes", "test_episodes", "image_size", "channels"),
+     "val_episodes", "test_episodes", "image_size", "channels", "train_images_per_class"),
     1,
 )  # fmt: skip
 
@@ -33,6 +33,10 @@ class EpisodicDataModule(pl.LightningDataModule):
     *global* batch and each DDP rank takes its slice, so training sees the same episodes on any number of
     devices and workers, and a resumed run continues the same stream. Validation and test episodes are
     fixed sets derived from ``seed``: the same episodes for every model and sampling scheme.
+
+    ``train_images_per_class`` makes the training split scarce (a regime where a model over-fits even on a CPU
+    budget): training episodes draw from that many images of each training class, chosen by ``seed`` alone (see
+    :func:`~lightning_episodes.data.keep_per_class`).
 
     Args:
         dataset: registered dataset name (``glyphs`` ships with the library; see ``available_datasets()``).
@@ -58,12 +62,18 @@ class EpisodicDataModule(pl.LightningDataModule):
         seed: the data seed; it fixes every training, validation and test episode.
         train_seed: seed of the training stream (and its augmentation) alone (default: ``seed``): runs that
             differ in it train on different episodes and are evaluated on the same fixed episodes.
+        train_images_per_class: keep only this many images of every training class, >= ``shots + queries``
+            (default: every image). The images are chosen by ``seed`` alone, so every run with the same data seed
+            (any ``train_seed``, model seed, sampling scheme, worker or device count) trains on the same images,
+            and the subsets are nested: the images kept for 20 are among those kept for 30. Validation and test
+            are untouched.
         download: let loaders of downloadable datasets fetch missing files.
 
     Raises:
-        ValueError: for non-positive sizes or 1-way episodes (at construction) and, at setup, for requests the
-            dataset cannot satisfy (more ways than classes, shots + queries above the smallest class) or a batch
-            that does not divide by the number of devices.
+        ValueError: for non-positive sizes, 1-way episodes or ``train_images_per_class`` below ``shots + queries``
+            (at construction) and, at setup, for requests the dataset cannot satisfy (more ways than classes,
+            shots + queries or ``train_images_per_class`` above the smallest class) or a batch that does not divide
+            by the number of devices.
     """
 
     def __init__(
@@ -89,6 +99,7 @@ class EpisodicDataModule(pl.LightningDataModule):
         num_workers: int = 0,
         seed: int = 0,
         train_seed: int | None = None,
+        train_images_per_class: int | None = None,
         download: bool = False,
     ) -> None:
         super().__init__()
@@ -103,8 +114,14 @@ class EpisodicDataModule(pl.LightningDataModule):
             )
         if num_workers < 0:
             raise ValueError(f"data.num_workers must be >= 0, got {num_workers}")
+        if train_images_per_class is not None and train_images_per_class < shots + queries:
+            raise ValueError(
+                f"data.train_images_per_class={train_images_per_class} must be >= data.shots + data.queries = "
+                f"{shots} + {queries} = {shots + queries}: a training episode draws that many images of a class"
+            )
         self.dataset_name, self.root, self.seed = dataset, root, seed
         self.train_seed = seed if train_seed is None else train_seed
+        self.train_images_per_class = train_images_per_class
         self.ways, self.shots, self.queries = ways, shots, queries
         self.eval_ways = eval_ways or ways
         self.eval_shots = eval_shots or shots
@@ -143,11 +160,14 @@ class EpisodicDataModule(pl.LightningDataModule):
         eval_sizes = (self.eval_ways, self.eval_shots, self.eval_queries, "eval_")
         sizes.update({"validation": eval_sizes, "test": eval_sizes})
         for split, (ways, shots, queries, prefix) in sizes.items():
-            classes = self.data.splits[self.test_split if split == "test" else split]
+            split_name = self.test_split if split == "test" else split
+            classes = self.data.splits[split_name]
             try:
-                self.samplers[split] = EpisodeSampler(self.data.labels, classes, ways, shots, queries, prefix)
+                # the training sampler lists the rows every training episode is drawn from (the loaders, resampling's
+                # candidates, offline scoring): a scarce split applied here reaches them all, for every dataset
+                rows = self._training_rows(self.data.labels, classes) if split == "train" else None
+                self.samplers[split] = EpisodeSampler(self.data.labels, classes, ways, shots, queries, prefix, rows)
             except ValueError as error:
-                split_name = self.test_split if split == "test" else split
                 counts = torch.bincount(self.data.labels, minlength=self.data.num_classes)[classes]
                 smallest = f"{self.data.class_names[classes[int(counts.argmin())]]!r} with {int(counts.min())} images"
                 raise ValueError(
@@ -155,6 +175,13 @@ class EpisodicDataModule(pl.LightningDataModule):
                     f"the smallest {smallest})"
                 ) from None
         self.check_world_size(self.world_size)
+
+    def _training_rows(self, labels: torch.Tensor, classes: Sequence[int]) -> torch.Tensor | None:
+        """The dataset rows that training episodes draw from: all (``None``), or ``train_images_per_class`` of each
+        class, chosen by the data seed alone (not ``train_seed``: every run of one data seed trains on those images)."""
+        if self.train_images_per_class is None:
+            return None
+        return keep_per_class(labels, classes, self.train_images_per_class, self.seed, "train_images_per_class")
 
     def check_world_size(self, world_size: int) -> None:
         """Check that ``world_size`` processes (devices x nodes) can share a training batch.

@@ -28,8 +28,9 @@ from lightning_episodes.data.episode import EpisodeIdentity
 _MASK64 = (1 << 64) - 1
 
 #: Stream ids mixed into the seed, so training, validation, test and offline-scoring episodes never
-#: coincide (id 3 seeds augmentation).
+#: coincide (id 3 seeds augmentation, id 5 the choice of a scarce training split's images).
 STREAMS = {"train": 0, "validation": 1, "test": 2, "offline": 4}
+_SUBSET_STREAM = 5
 
 #: Largest accepted probability that ``m`` draws hold fewer than ``k`` distinct values (such rows are
 #: redrawn exactly, so this only trades the size of ``m`` against how often the slow path runs).
@@ -96,6 +97,48 @@ def _first_distinct(draws: Tensor, k: int, n: int) -> tuple[Tensor, Tensor]:
     return out[..., :k], count[..., -1] >= k
 
 
+def keep_per_class(labels: Tensor, classes: Sequence[int], count: int, seed: int, name: str = "count") -> Tensor:
+    """The dataset rows of ``count`` images of each of ``classes``, sorted: a scarce training split.
+
+    Each class keeps the first ``count`` of its rows in a fixed random order seeded by ``(seed, class id)`` alone,
+    so the choice depends on nothing else (not the other classes, sizes or seeds of a run) and the subsets are
+    nested: the images kept for a smaller ``count`` are among those kept for a larger one.
+
+    Args:
+        labels: ``[N]`` global class id of each dataset row.
+        classes: the global class ids whose images are kept.
+        count: images kept per class.
+        seed: the selection seed.
+        name: the argument's name in error messages.
+
+    Raises:
+        ValueError: if ``count`` exceeds the smallest of ``classes``.
+
+    Example::
+
+        >>> labels = torch.arange(3).repeat_interleave(4)  # rows 0-3 are class 0, 4-7 class 1, 8-11 class 2
+        >>> kept = keep_per_class(labels, classes=[0, 2], count=2, seed=0)
+        >>> labels[kept].tolist()
+        [0, 0, 2, 2]
+        >>> bool(torch.isin(kept, keep_per_class(labels, [0, 2], 3, seed=0)).all())
+        True
+    """
+    class_ids = [int(c) for c in classes]
+    counts = torch.bincount(labels, minlength=max(class_ids) + 1)
+    smallest = int(counts[class_ids].min())
+    if count > smallest:
+        raise ValueError(f"{name}={count} exceeds the smallest class of this split ({smallest} samples)")
+    by_class = torch.argsort(labels, stable=True)  # each class's rows in ascending order, class after class
+    starts = torch.cumsum(counts, 0) - counts
+    kept = []
+    for class_id in class_ids:
+        rows = by_class[int(starts[class_id]) : int(starts[class_id] + counts[class_id])]
+        generator = torch.Generator().manual_seed(mix_seed(seed, _SUBSET_STREAM, class_id))
+        order = torch.rand(len(rows), generator=generator, dtype=torch.float64).argsort()
+        kept.append(rows[order[:count]])
+    return torch.cat(kept).sort().values
+
+
 class EpisodeSampler:
     """Draws episodes over a set of classes of a labelled dataset.
 
@@ -106,6 +149,7 @@ class EpisodeSampler:
         shots: support samples per class.
         queries: query samples per class.
         prefix: prefix of the argument names in error messages (``"eval_"`` for evaluation sizes).
+        rows: the dataset rows it may draw from (default: all; e.g. a scarce split from :func:`keep_per_class`).
 
     Raises:
         ValueError: if a size is not positive, ``ways`` exceeds the number of classes, or
@@ -121,7 +165,14 @@ class EpisodeSampler:
     """
 
     def __init__(
-        self, labels: Tensor, classes: Sequence[int], ways: int, shots: int, queries: int, prefix: str = ""
+        self,
+        labels: Tensor,
+        classes: Sequence[int],
+        ways: int,
+        shots: int,
+        queries: int,
+        prefix: str = "",
+        rows: Tensor | None = None,
     ) -> None:
         for name, value in (("ways", ways), ("shots", shots), ("queries", queries)):
             if value < 1:
@@ -129,8 +180,11 @@ class EpisodeSampler:
         class_ids = torch.as_tensor(list(classes), dtype=torch.long)
         if ways > len(class_ids):
             raise ValueError(f"{prefix}ways={ways} exceeds the {len(class_ids)} classes of this split")
-        order = torch.argsort(labels, stable=True)
-        counts_all = torch.bincount(labels, minlength=int(class_ids.max()) + 1)
+        drawable = labels if rows is None else labels[rows]
+        order = torch.argsort(drawable, stable=True)
+        if rows is not None:
+            order = rows[order]  # back to dataset rows
+        counts_all = torch.bincount(drawable, minlength=int(class_ids.max()) + 1)
         starts_all = torch.cumsum(counts_all, 0) - counts_all
         counts = counts_all[class_ids]
         smallest = int(counts.min())

@@ -116,3 +116,22 @@ def test_a_width_or_a_schedule_apart_splits_the_column(tmp_path: Path, other: di
     labels = [column.label for column in build_table(results).columns]
     assert len(labels) == 2
     assert all(f"[{named}=" in label for label in labels)
+
+
+def test_a_scarce_training_split_is_another_column_named_by_its_size(tmp_path: Path) -> None:
+    scarce = config(1, train_images_per_class=20)
+    assert protocol_of(scarce, {}) != protocol_of(config(1, train_images_per_class=30), {})
+    # every image (the default) is what runs recorded before the option did: one protocol with them
+    assert protocol_of(config(0, train_images_per_class=None), {}) == protocol_of(config(0), {})
+    assert protocol_of(None, {"data": {"ways": 5, "train_images_per_class": None}}) == (("data.ways", "5"),)
+    results = [
+        read_result(write(tmp_path / "all" / "seed0", 0.6, config(0))),
+        read_result(write(tmp_path / "all" / "seed1", 0.62, config(1, train_images_per_class=None))),
+        read_result(write(tmp_path / "scarce" / "seed0", 0.5, config(0, train_images_per_class=20))),
+    ]
+    table = build_table(results)
+    assert [column.label for column in table.columns] == [
+        "Glyphs-100, Conv-4, 5-way 1-shot [train_images_per_class=20]",
+        "Glyphs-100, Conv-4, 5-way 1-shot [train_images_per_class=–]",
+    ]
+    assert [table.cells[table.rows[0], column].seeds for column in table.columns] == [1, 2]

@@ -39,6 +39,11 @@ def _error_line(stderr: str, command: str = "fit") -> str:
         # a value our classes refuse when the config is instantiated
         (["--data.ways", "1"], "data.ways must be >= 2, got 1"),
         pytest.param(
+            ["--data.train_images_per_class", "19"],
+            "data.train_images_per_class=19 must be >= data.shots + data.queries = 5 + 15 = 20",
+            marks=pytest.mark.slow,
+        ),
+        pytest.param(
             ["--config", UNIFORM, "--trainer.callbacks.decay", "1.5"],
             ("decay must be", "[0, 1)", "got 1.5"),
             marks=pytest.mark.slow,

@@ -21,6 +21,11 @@ from tests.helpers import tiny_datamodule
         ({"eval_shots": 0}, r"data.eval_shots must be >= 1"),
         ({"num_workers": -1}, r"data.num_workers must be >= 0"),
         ({"train_episodes_per_epoch": 2}, r"train_episodes_per_epoch=2 must be >= data.episodes_per_batch=4"),
+        ({"train_images_per_class": 0}, r"data.train_images_per_class must be >= 1, got 0"),
+        (
+            {"train_images_per_class": 4},
+            r"data.train_images_per_class=4 must be >= data.shots \+ data.queries = 2 \+ 3 = 5",
+        ),
     ],
 )
 def test_bad_sizes_fail_at_construction(kwargs: dict, match: str) -> None:
@@ -35,6 +40,10 @@ def test_bad_sizes_fail_at_construction(kwargs: dict, match: str) -> None:
         ({"eval_ways": 7}, r"data.eval_ways=7 exceeds the 6 classes of this split .*'validation'"),
         ({"shots": 8, "queries": 3}, r"data.shots \+ queries = 11 exceeds the smallest class"),
         ({"eval_queries": 9}, r"data.eval_shots \+ eval_queries = 11 exceeds the smallest class"),
+        (
+            {"train_images_per_class": 11},
+            r"data.train_images_per_class=11 exceeds the smallest class of this split \(10 samples\) .*'train'",
+        ),
         ({"dataset": "imagenet-22k"}, r"data.dataset='imagenet-22k' is unknown; available: .*tiny"),
     ],
 )

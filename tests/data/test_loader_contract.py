@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import torch
 
+from lightning_episodes.data import EpisodicDataModule
 from lightning_episodes.data.datasets import SPLITS, ImageDataset, available_datasets, load_dataset
 from tests.data import example_dataset  # registers the guide's example loader, "npz-example", for these tests only
 from tests.data.fabricate import (
@@ -145,6 +146,24 @@ def test_deterministic_from_scratch_and_from_the_cache(case: LoaderCase, tmp_pat
         assert torch.equal(data.labels, first.labels)
         assert (data.class_names, data.splits, data.groups) == (first.class_names, first.splits, first.groups)
         assert (data.mean, data.std) == (first.mean, first.std)
+
+
+@pytest.mark.parametrize("case", [c for c, row in zip(CASES, LOADERS, strict=True) if min(row.split_classes) >= 2])
+def test_a_scarce_training_split_keeps_two_images_of_every_training_class(case: LoaderCase, tmp_path: Path) -> None:
+    """``train_images_per_class`` applies to whatever a loader returns: with shots + queries = 2 = N, each training
+    episode shows all the images kept of its classes, so 3,000 episodes show every training class's. (Left out: a
+    tiny file with a one-class split, glyphs-100's, on which the data module cannot build 2-way evaluation episodes.)"""
+    case.write(tmp_path)
+    dm = EpisodicDataModule(case.name, ways=2, shots=1, queries=1, train_images_per_class=2, episodes_per_batch=2)
+    dm.data = data = case.load(tmp_path)
+    dm.setup("fit")
+    identity = dm.training_identities(0, range(3000))
+    rows = torch.cat([identity.support_indices, identity.query_indices], 2)  # [episodes, ways, 2]
+    drawn: dict[int, set[int]] = {}
+    for cls, class_rows in zip(identity.classes.flatten().tolist(), rows.flatten(0, 1).tolist(), strict=True):
+        drawn.setdefault(cls, set()).update(class_rows)
+    assert sorted(drawn) == sorted(data.splits["train"])
+    assert all(len(kept) == 2 and set(data.labels[sorted(kept)].tolist()) == {cls} for cls, kept in drawn.items())
 
 
 @pytest.mark.parametrize("case", CASES)
