@@ -27,6 +27,8 @@ Example (Table 1, Mini-ImageNet, conv4, ProtoNet Euclidean, 5-way 1-shot, three 
 Arguments after ``--`` go to every ``fit`` (after the sampling config, so ``--trainer.callbacks.<arg>`` sets the
 weighting callback's arguments). ``--dry-run`` prints the commands without running them.
 
+``--schemes baseline`` runs the baseline alone (a calibration of the protocol before any other arm).
+
 A scheme is a target (``uniform``, ``easy``, ``hard``, ``curriculum``: run as ``<target>_offline`` and/or
 ``<target>_online``) or the name of any other config of ``configs/sampling`` (e.g. ``uniform_online_psis``,
 ``uniform_online_placebo``), run once as it is, with the baseline's best checkpoint as its reference when its name
@@ -176,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", type=Path, required=True, help="configs/data/<dataset>_<ways>w<shots>s.yaml")
     parser.add_argument("--model", type=Path, required=True, help="configs/models/<algorithm>_<backbone>.yaml")
     parser.add_argument("--trainer", type=Path, nargs="*", default=[], help="configs/trainer/*.yaml (optional)")
-    parser.add_argument("--schemes", nargs="+", default=list(SCHEMES), choices=SCHEMES + CONFIGS)
+    parser.add_argument("--schemes", nargs="+", default=list(SCHEMES), choices=["baseline", *SCHEMES, *CONFIGS])
     parser.add_argument("--online", action="store_true", help="also run every scheme online")
     parser.add_argument("--online-only", action="store_true", help="run the schemes online only (no reference)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])

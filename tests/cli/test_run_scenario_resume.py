@@ -6,6 +6,8 @@ from __future__ import annotations
 import runpy
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 run_scenario = runpy.run_path(str(ROOT / "scripts" / "run_scenario.py"))["run_scenario"]
 
@@ -47,3 +49,18 @@ def test_an_offline_config_scheme_gets_the_baselines_best_checkpoint_as_its_refe
     run_scenario(data, model, tmp_path, commands.append, schemes=["uniform_offline"], dry_run=True)
     (offline,) = (c for c in commands if any(a.endswith("/seed0/uniform_offline") for a in c))
     assert any(a.startswith("--trainer.callbacks.reference_checkpoint=<best checkpoint of") for a in offline)
+
+
+def test_the_baseline_scheme_runs_the_baseline_alone_from_the_command_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    main = runpy.run_path(str(ROOT / "scripts" / "run_scenario.py"))["main"]
+    data, model = "configs/data/glyphs_5w1s.yaml", "configs/models/protonet_euclidean_conv4.yaml"
+    argv = ["--data", data, "--model", model, "--schemes", "baseline", "--online-only", "--seeds", "0", "1"]
+    assert main([*argv, "--out", str(tmp_path), "--dry-run", "--", "--data.train_images_per_class", "30"]) == 0
+    commands = [line for line in capsys.readouterr().out.splitlines() if " fit " in line]
+    assert [c.split("--trainer.default_root_dir=")[1].split()[0].rsplit("/", 2)[1:] for c in commands] == [
+        ["seed0", "baseline_online"],
+        ["seed1", "baseline_online"],
+    ]
+    assert all(c.endswith("--data.train_images_per_class 30") for c in commands)
