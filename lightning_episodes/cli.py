@@ -13,6 +13,7 @@ from jsonargparse import Namespace
 from pytorch_lightning.callbacks import Callback, Checkpoint, ModelCheckpoint
 from pytorch_lightning.cli import LightningArgumentParser, LightningCLI
 from pytorch_lightning.utilities import rank_zero_info
+from pytorch_lightning.utilities.exceptions import SIGTERMException
 from typing_extensions import override
 
 # importing them registers every algorithm, callback and dataset, so LightningCLI accepts their short names
@@ -29,7 +30,7 @@ from lightning_episodes.callbacks.checkpointing import (
 )
 from lightning_episodes.callbacks.defaults import default_callbacks
 from lightning_episodes.cli_checks import check_accelerator, check_world_size, own_outputs
-from lightning_episodes.console import TOOLS, TRAINER_COMMANDS, run
+from lightning_episodes.console import TOOLS, TRAINER_COMMANDS, Preempted, run
 from lightning_episodes.data.datamodule import EpisodicDataModule
 
 #: The checkpoint callback of every run whose ``trainer.callbacks`` lists no ``ModelCheckpoint``: the best checkpoint
@@ -234,7 +235,29 @@ class EpisodicCLI(LightningCLI):
     def _run_subcommand(self, subcommand: str) -> None:
         # the output folders' lock (taken in before_<subcommand>) is released however the subcommand ends
         with contextlib.ExitStack() as self._outputs:
-            super()._run_subcommand(subcommand)
+            try:
+                super()._run_subcommand(subcommand)
+            except SIGTERMException:
+                # Lightning ends the fit with a SystemExit of status 0: a preempted run must not look finished
+                # one line, from the process that wrote the checkpoint (the others exit with the same status)
+                raise Preempted(self._preempted(subcommand) if self.trainer.is_global_zero else "") from None
+
+    def _preempted(self, subcommand: str) -> str:
+        """What a run stopped by SIGTERM tells its user: the step, where that state is, how to resume."""
+        step = self.trainer.global_step
+        if subcommand != "fit":
+            return "stopped by SIGTERM before the end; nothing was written (run the same command again)"
+        callback = checkpoint_callback(self.trainer)
+        last = getattr(callback, "last_model_path", "") if callback is not None else ""
+        resume = "resume with the same command and --ckpt_path last"
+        if last and Path(last).is_file() and int(read_checkpoint(last).get("global_step", -1)) == step:
+            where = f"{last} holds that step; {resume}"
+        elif last and Path(last).is_file():
+            where = f"the last checkpoint, {last}, holds an earlier step; {resume}"
+        else:
+            where = "no checkpoint was written (trainer.enable_checkpointing or a checkpoint callback is off)"
+        tested = ", not tested" if self.config[subcommand].get("test_after_fit") else ""
+        return f"stopped by SIGTERM at step {step} of {self.trainer.max_steps}{tested}: {where}"
 
     def _before(self, subcommand: str) -> None:
         check_world_size(self.trainer, self.datamodule)

@@ -4,7 +4,9 @@ mistakes reported as one line.
 A wrong argument, an invalid value (``--data.ways 0``) or a missing file is the user's to fix, not a crash:
 the command prints a short usage line, ``<command>: error: <message naming the parameter>`` and a hint, and
 exits with status 2 (as ``argparse`` does), with no traceback. ``LIGHTNING_EPISODES_DEBUG=1`` in the
-environment shows the full traceback instead. Anything else (a bug) keeps its traceback and exit status 1.
+environment shows the full traceback instead. A run stopped by ``SIGTERM`` (a scheduler's preemption) says in one line
+where its state is and how to resume, and exits with status 143 (128 + SIGTERM, as a shell reports a process that the
+signal ended), never 0. Anything else (a bug) keeps its traceback and exit status 1.
 """
 
 from __future__ import annotations
@@ -28,6 +30,14 @@ TRAINER_COMMANDS = {
     "test": "evaluate a model (--ckpt_path FILE|best|last) on the fixed test episodes; writes test_results.json and "
     "test_episodes.csv",
 }
+#: The exit status of a run stopped by SIGTERM: 128 + 15, what a shell reports for a process the signal ended.
+PREEMPTED_STATUS = 143
+
+
+class Preempted(Exception):
+    """A run stopped by ``SIGTERM`` before its end; the message says where its state is and how to resume it."""
+
+
 #: A tool: ``(module with main(argv) -> int, one-line help)``.
 Tool = tuple[str, str]
 #: subcommands that are not Trainer methods: name -> (module with ``main(argv) -> int``, one-line help). Imported
@@ -120,6 +130,10 @@ def run(argv: list[str] | None, trainer_cli: Callable[..., object], tools: Mappi
             return int(module.main(args[1:]) or 0)
         trainer_cli(argv, exit_on_error=False)
         return 0
+    except Preempted as stopped:
+        if str(stopped):
+            sys.stderr.write(f"{PROG} {command}: {stopped}\n")
+        return PREEMPTED_STATUS
     except Exception as error:
         name = f"{PROG} {command}" if command else PROG
         diverged = _diverged(error)

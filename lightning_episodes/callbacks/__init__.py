@@ -1,5 +1,6 @@
 """Lightning callbacks: importance weighting over episode difficulty, difficulty tracking, checkpoints to resume
-from, non-finite steps and test records; :func:`default_callbacks`, the two that every command-line run gets."""
+from, non-finite steps, test records and preemption; :func:`default_callbacks`, the three that every command-line run
+gets."""
 
 from lightning_episodes.callbacks.checkpointing import ResumableCheckpoint
 from lightning_episodes.callbacks.defaults import default_callbacks
@@ -11,6 +12,7 @@ from lightning_episodes.callbacks.difficulty_weighting import (
     WeightingStep,
 )
 from lightning_episodes.callbacks.nonfinite import NonFiniteError, NonFiniteGuard
+from lightning_episodes.callbacks.preemption import PreemptionHandler
 from lightning_episodes.callbacks.test_results import TestResultsWriter
 
 __all__ = [
@@ -19,6 +21,7 @@ __all__ = [
     "DifficultyWeightingCallback",
     "NonFiniteError",
     "NonFiniteGuard",
+    "PreemptionHandler",
     "ResumableCheckpoint",
     "TestResultsWriter",
     "WeightingOptions",

@@ -20,6 +20,7 @@ import pytorch_lightning as pl
 from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.loggers import CSVLogger
 from pytorch_lightning.trainer.states import TrainerFn
+from pytorch_lightning.utilities.exceptions import SIGTERMException
 from typing_extensions import override
 
 from lightning_episodes.run_folder import LOCK_NAME, atomic_write
@@ -39,7 +40,9 @@ class ResumableCheckpoint(ModelCheckpoint):
     - every ``last_every_n_steps`` training (optimiser) steps, so a killed run loses at most that many steps;
     - after a validation at such a step, and whenever a top-k checkpoint is written, so that it records the
       validation's outcome (the best path that ``test --ckpt_path best`` reads from it);
-    - at the end of ``fit``: after ``fit``, it always holds the final weights.
+    - at the end of ``fit``: after ``fit``, it always holds the final weights;
+    - when the run is preempted (``SIGTERM``, which :class:`~lightning_episodes.callbacks.PreemptionHandler` or
+      Lightning turns into a ``SIGTERMException`` at the end of a training batch): it holds the state at that step.
 
     Resuming from it (``fit --ckpt_path last``) continues exactly where it was written. Every file is written
     atomically (a temporary file in the same folder, flushed to disk and renamed over the old one): a run killed,
@@ -151,6 +154,13 @@ class ResumableCheckpoint(ModelCheckpoint):
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         super().on_train_end(trainer, pl_module)
         if not _fast_dev_run(trainer) and self._last_step != trainer.global_step:
+            self._write_last(trainer)
+
+    @override
+    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
+        # a preempted fit keeps its steps since the last write (any other exception may have left the state broken)
+        preempted = isinstance(exception, SIGTERMException) and self._fitting(trainer)
+        if preempted and self._last_step != trainer.global_step:
             self._write_last(trainer)
 
 

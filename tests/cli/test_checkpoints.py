@@ -4,6 +4,9 @@ to resume from is a clear error, and a broken checkpoint file is one message nam
 from __future__ import annotations
 
 import csv
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -12,18 +15,25 @@ import torch
 import yaml
 
 from lightning_episodes.cli import DEFAULT_CHECKPOINT, main
+from lightning_episodes.console import PREEMPTED_STATUS, TOOLS
+from lightning_episodes.console import run as console_run
+from lightning_episodes.run_folder import LOCK_NAME
+
+ROOT = Path(__file__).resolve().parents[2]
 
 #: the CLI's default checkpoint callback, writing last.ckpt every 2 steps
 CHECKPOINT = {**DEFAULT_CHECKPOINT, "init_args": {**DEFAULT_CHECKPOINT["init_args"], "last_every_n_steps": 2}}
 
 
-def _config(folder: Path, crash_at: int | None = None) -> Path:
+def _config(folder: Path, crash_at: int | None = None, sigterm_at: int | None = None) -> Path:
     """A config like quickstart + a sampling config: a CSV logger and a checkpoint callback without dirpath, so
     checkpoints go to ``<folder>/logs/version_N/checkpoints``, a new folder for each run."""
     callbacks: list[dict[str, Any]] = [CHECKPOINT]
     if crash_at is not None:
         crash = {"class_path": "tests.callbacks.test_checkpointing.CrashAt", "init_args": {"step": crash_at}}
         callbacks = [crash, CHECKPOINT]
+    if sigterm_at is not None:
+        callbacks = [{"class_path": "tests.callbacks.helpers.SigtermAt", "init_args": {"step": sigterm_at}}, CHECKPOINT]
     config = {
         "seed_everything": 0,
         "trainer": {
@@ -56,7 +66,7 @@ def _config(folder: Path, crash_at: int | None = None) -> Path:
             }
         },
     }
-    path = folder / f"config{'' if crash_at is None else '-crash'}.yaml"
+    path = folder / f"config{'' if crash_at is None else '-crash'}{'' if sigterm_at is None else '-sigterm'}.yaml"
     folder.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(config))
     return path
@@ -93,6 +103,71 @@ def test_fit_ckpt_path_last_resumes_a_killed_run_exactly(tmp_path: Path) -> None
     # one run folder: the resumed run continued version_0, whose metrics keep the rows before the checkpoint
     assert sorted(p.name for p in (run / "logs").iterdir()) == ["version_0"]
     assert _steps(run / "logs/version_0/metrics.csv") == _steps(tmp_path / "straight/logs/version_0/metrics.csv")
+
+
+@pytest.mark.slow
+def test_a_run_stopped_by_sigterm_saves_its_step_fails_and_resumes_exactly(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """SIGTERM after step 5 (last.ckpt written every 2 steps: at 4): the fit writes last.ckpt at step 5, tests
+    nothing, releases its folder and exits 143 with one line; resumed to step 8 it equals an uninterrupted run."""
+    main(["fit", "--config", str(_config(tmp_path / "straight"))])
+    straight = _weights(tmp_path / "straight/logs/version_0/checkpoints/last.ckpt")
+
+    run = tmp_path / "preempted"
+    status = console_run(["fit", "--config", str(_config(run, sigterm_at=5)), "--test_after_fit=true"], main, TOOLS)
+    assert status == PREEMPTED_STATUS == 143
+    last = run / "logs/version_0/checkpoints/last.ckpt"
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"lightning-episodes fit: stopped by SIGTERM at step 5 of 8, not tested: {last} holds that step; resume "
+        "with the same command and --ckpt_path last"
+    )
+    assert torch.load(last, weights_only=True)["global_step"] == 5
+    assert not list(run.rglob("test_results.json"))
+    assert not list(run.rglob(LOCK_NAME))  # the folder is free for the resumed run
+    main(["fit", "--config", str(_config(run)), "--ckpt_path", "last"])
+
+    assert torch.load(last, weights_only=True)["global_step"] == 8
+    resumed = _weights(last)
+    for name, tensor in straight.items():
+        assert torch.equal(resumed[name], tensor), name
+    assert sorted(p.name for p in (run / "logs").iterdir()) == ["version_0"]
+    assert _steps(run / "logs/version_0/metrics.csv") == _steps(tmp_path / "straight/logs/version_0/metrics.csv")
+
+
+@pytest.mark.slow
+def test_the_command_line_exits_non_zero_when_sigterm_stops_a_fit(tmp_path: Path) -> None:
+    """The real console script in its own process: Lightning's SIGTERM handling ends a fit with status 0; ours 143."""
+    config = _config(tmp_path, sigterm_at=3)
+    command = [sys.executable, "-m", "lightning_episodes", "fit", "--config", str(config), "--test_after_fit=true"]
+    command += ["--data.dataset=glyphs", "--data.image_size=28", "--data.channels=1"]  # not the tests' own "tiny"
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert result.returncode == 143, result.stderr[-2000:]
+    assert result.stderr.splitlines()[-1].startswith("lightning-episodes fit: stopped by SIGTERM at step 3 of 8")
+    assert "Traceback" not in result.stderr
+    assert torch.load(tmp_path / "logs/version_0/checkpoints/last.ckpt", weights_only=True)["global_step"] == 3
+
+
+@pytest.mark.slow
+def test_under_ddp_sigterm_in_one_process_stops_both_at_the_same_step(tmp_path: Path) -> None:
+    """2 CPU processes, SIGTERM to rank 1 alone: both stop after step 3 (Lightning's own handler can leave them in
+    different collectives and hang), last.ckpt holds step 3, one line, status 143."""
+    config = _config(tmp_path, sigterm_at=3)
+    settings = yaml.safe_load(config.read_text())
+    settings["trainer"]["callbacks"][0]["init_args"]["rank"] = 1
+    config.write_text(yaml.safe_dump(settings))
+    command = [sys.executable, "-m", "lightning_episodes", "fit", "--config", str(config), "--test_after_fit=true"]
+    command += ["--data.dataset=glyphs", "--data.image_size=28", "--data.channels=1"]
+    command += ["--trainer.accelerator=cpu", "--trainer.devices=2", "--trainer.strategy=ddp"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
+    assert result.returncode == 143, result.stderr[-2000:]
+    lines = [line for line in result.stderr.splitlines() if "stopped by SIGTERM" in line]
+    assert len(lines) == 1
+    assert lines[0].startswith("lightning-episodes fit: stopped by SIGTERM at step 3 of 8, not tested: ")
+    assert lines[0].endswith("last.ckpt holds that step; resume with the same command and --ckpt_path last")
+    assert torch.load(tmp_path / "logs/version_0/checkpoints/last.ckpt", weights_only=True)["global_step"] == 3
+    assert not list(tmp_path.rglob("test_results.json"))
 
 
 @pytest.mark.slow
