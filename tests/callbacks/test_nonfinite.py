@@ -21,6 +21,7 @@ from lightning_episodes.callbacks import (
     DifficultyWeightingCallback,
     NonFiniteError,
     NonFiniteGuard,
+    PreemptionHandler,
     ResumableCheckpoint,
     TestResultsWriter,
     default_callbacks,
@@ -141,23 +142,22 @@ def test_the_module_adds_no_callback_and_default_callbacks_adds_those_missing() 
     trainer = tiny_trainer(max_steps=1, limit_val_batches=0)
     trainer.fit(ProtoNet(image_size=16), tiny_datamodule())
     assert not [cb for cb in trainer.callbacks if isinstance(cb, NonFiniteGuard | TestResultsWriter)]
-    assert [type(cb) for cb in default_callbacks()] == [NonFiniteGuard, TestResultsWriter]
+    assert [type(cb) for cb in default_callbacks()] == [NonFiniteGuard, TestResultsWriter, PreemptionHandler]
     mine = NonFiniteGuard(max_consecutive=7)
-    assert [type(cb) for cb in default_callbacks([mine])] == [TestResultsWriter]
+    assert [type(cb) for cb in default_callbacks([mine])] == [TestResultsWriter, PreemptionHandler]
 
     class Writer(TestResultsWriter):  # a subclass counts as one
         pass
 
-    assert default_callbacks([Writer(), mine]) == []
+    assert default_callbacks([Writer(), mine, PreemptionHandler()]) == []
 
 
 def test_the_command_line_adds_the_missing_default_callbacks_before_the_checkpoint() -> None:
     data = ["--config=configs/quickstart.yaml", "--data.dataset=tiny", "--data.image_size=16", "--trainer.logger=false"]
     cli = main(data, run=False)
     kinds = [type(cb) for cb in cli.trainer.callbacks]
-    assert [kind for kind in kinds if kind in (NonFiniteGuard, TestResultsWriter, ResumableCheckpoint)] == [
-        NonFiniteGuard, TestResultsWriter, ResumableCheckpoint,
-    ]  # fmt: skip
+    ours = (NonFiniteGuard, TestResultsWriter, PreemptionHandler, ResumableCheckpoint)
+    assert [kind for kind in kinds if kind in ours] == list(ours)
     # a listed guard is kept with its options, and not doubled; the weighting callback runs before both defaults
     listed = [
         "--config=configs/sampling/uniform_online.yaml",
