@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 from pathlib import Path
 from typing import Any
@@ -266,15 +267,28 @@ class EpisodicCLI(LightningCLI):
             self._outputs.enter_context(own_outputs(self.trainer, lock=subcommand == "fit"))
 
     def before_fit(self) -> None:
-        self._check_schedule()
+        self._check_optimisation()
         self._before("fit")
 
-    def _check_schedule(self) -> None:
-        # a schedule that anneals to max_steps fails here, before any process starts, not in configure_optimizers
-        factory = getattr(self.model, "lr_scheduler", None)
-        if factory is not None:
-            probe = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0)
-            check_schedule(factory(probe), self.trainer.max_steps)
+    def _check_optimisation(self) -> None:
+        """Build the optimiser and the schedule on a probe parameter: a bad argument (``lr -1``) or a schedule that
+        anneals to ``max_steps`` fails here in one line naming the option, before any folder is written or process
+        started, not as a traceback from ``configure_optimizers``."""
+        probe = [torch.zeros(1, requires_grad=True)]
+        optimizer: torch.optim.Optimizer = torch.optim.SGD(probe, lr=1.0)
+        for option in ("optimizer", "lr_scheduler"):
+            factory = getattr(self.model, option, None)
+            if factory is None:
+                continue
+            try:
+                built = factory(probe if option == "optimizer" else optimizer)
+            except (ValueError, TypeError) as error:
+                name = _factory_name(factory)
+                raise ValueError(f"model.{option}{f' ({name})' if name else ''}: {error}") from None
+            if option == "optimizer":
+                optimizer = built
+            else:
+                check_schedule(built, self.trainer.max_steps)
 
     def before_test(self) -> None:
         self._before("test")
@@ -288,6 +302,14 @@ class EpisodicCLI(LightningCLI):
                 getattr(self.trainer.checkpoint_callback, "best_model_path", "")
             )
             self.trainer.test(self.model, datamodule=self.datamodule, ckpt_path="best" if has_best else None)
+
+
+def _factory_name(factory: Any) -> str:
+    """The class a factory builds: ``Adam`` for jsonargparse's ``partial(..., torch.optim.Adam, lr=...)`` or the
+    class itself; ``""`` when it cannot tell."""
+    if isinstance(factory, functools.partial):
+        return next((item.__name__ for item in (factory.func, *factory.args) if isinstance(item, type)), "")
+    return factory.__name__ if isinstance(factory, type) else ""
 
 
 def run_tool(argv: list[str]) -> int | None:

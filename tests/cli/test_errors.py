@@ -75,6 +75,29 @@ def test_a_bad_value_is_one_line_with_status_2(tmp_path: Path, args: list[str], 
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--model.optimizer.init_args.lr", "-1"], "model.optimizer (Adam): Invalid learning rate: -1.0"),
+        (
+            ["--model.optimizer", "torch.optim.SGD", "--model.optimizer.init_args.momentum", "-0.5"],
+            "model.optimizer (SGD): Invalid momentum value: -0.5",
+        ),
+    ],
+)
+def test_a_bad_optimiser_argument_is_one_line_before_anything_is_written(
+    tmp_path: Path, args: list[str], message: str
+) -> None:
+    """The optimiser is built in configure_optimizers, inside Trainer.fit, after the run's config.yaml is written:
+    a bad argument was a 63-line traceback from its constructor. It is checked before any folder is written."""
+    done = _run(tmp_path, "fit", "--config", QUICKSTART, *args)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
+    assert _error_line(done.stderr) == f"lightning-episodes fit: error: {message}"
+    assert not (tmp_path / "runs").exists()  # no log folder, no config.yaml, no checkpoint folder
+
+
+@pytest.mark.slow
 def test_a_setup_error_names_the_parameter_and_the_split(tmp_path: Path) -> None:
     """Raised when the data module checks the request against the dataset, inside Trainer.fit."""
     done = _run(tmp_path, "fit", "--config", QUICKSTART, "--data.shots", "500")
