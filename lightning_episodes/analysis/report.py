@@ -99,6 +99,9 @@ def _rank(value: str, order: Sequence[str]) -> tuple[int, str]:
 
 
 Options = tuple[tuple[str, str], ...]
+#: The option a row gains when its records say the weighting never acted (``weighted_steps`` 0: a warm-up as long as
+#: the run): ``uniform (online, never_weighted=true)``, a row of its own.
+NEVER_WEIGHTED = "never_weighted"
 
 
 @dataclass(frozen=True)
@@ -306,6 +309,10 @@ def read_result(path: str | Path) -> RunResult:
     else:
         scheme = ("unknown", None, ())
         warnings.warn(f"{path}: no {CONFIG_FILE} beside it, so its sampling scheme is unknown", stacklevel=2)
+    target, estimate, options = scheme
+    if record.get("weighted_steps") == 0 and target not in ("baseline", "unknown"):
+        # its warm-up outlasted the run: plain sampling in fact, never pooled with (or paired as) the weighted arm
+        scheme = (target, estimate, tuple(sorted((*options, (NEVER_WEIGHTED, "true")))))
     data = record.get("data", {})
     seed = record.get("seed", (config or {}).get("seed_everything"))
     column = Column(

@@ -67,12 +67,18 @@ class WeightingBook:
         self.offline_scored = 0
         #: steps whose weights summed to 0 (a zero gradient), and episodes whose loss was not finite (weight 0)
         self.skipped_steps = self.nonfinite_episodes = 0
+        #: steps whose weights came from ``q`` (not the online warm-up's 1s); ``None``: restored from a checkpoint of
+        #: a version that did not count them
+        self.weighted_steps: int | None = 0
         self.warnings = self.fit_warnings = 0
         #: ``"fit"``, ``"misfit"`` or ``""`` (no verdict yet)
         self.verdict = ""
 
-    def count(self, step: int, skipped: int, nonfinite: int) -> None:
-        """Adds a step's counters; warns (at most :data:`MAX_WARNINGS` times a run) about its non-finite losses."""
+    def count(self, step: int, skipped: int, nonfinite: int, weighted: bool) -> None:
+        """Adds a step's counters (``weighted``: its weights came from ``q``); warns (at most :data:`MAX_WARNINGS`
+        times a run) about its non-finite losses."""
+        if self.weighted_steps is not None:
+            self.weighted_steps += int(weighted)
         self.skipped_steps += skipped
         self.nonfinite_episodes += nonfinite
         if nonfinite and self.warnings < MAX_WARNINGS:
@@ -126,6 +132,8 @@ class WeightingBook:
             "verdict": self.verdict,
             "fit_warnings": int(self.fit_warnings),
         }
+        if self.weighted_steps is not None:
+            state["weighted_steps"] = int(self.weighted_steps)
         if self.offline_scored:
             state["offline"] = {"episodes": int(self.offline_scored), "reference": str(reference_checkpoint)}
         return state
@@ -139,6 +147,8 @@ class WeightingBook:
         self.nonfinite_episodes = int(state.get("nonfinite_episodes", 0))
         self.verdict = str(state.get("verdict", ""))
         self.fit_warnings = int(state.get("fit_warnings", 0))
+        counted = state.get("weighted_steps")
+        self.weighted_steps = None if counted is None and state else int(counted or 0)
         if online:
             self.proposal.load_state_dict(state.get("estimator", {}))
         elif (restored := restore_offline(self.proposal, state, reference_checkpoint)) is not None:

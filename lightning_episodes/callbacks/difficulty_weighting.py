@@ -315,7 +315,8 @@ class DifficultyWeightingCallback(Callback):
         weighted, selection = outputs["weighted"], self.last_selection
         step, skipped, nonfinite = read_record(current, weighted)  # the step's one read from the device
         self.last_step = step
-        self.book.count(step.step, skipped + int(selection is not None and selection.fallback), nonfinite)
+        skipped += int(selection is not None and selection.fallback)
+        self.book.count(step.step, skipped, nonfinite, weighted=not step.warmup)
         if selection is None:
             self.book.observe(step)
         else:  # the pool is the plain sample: the diagnostics see its difficulties and weights

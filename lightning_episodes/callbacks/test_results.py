@@ -17,6 +17,7 @@ import pytorch_lightning as pl
 from pytorch_lightning.callbacks import Callback
 from typing_extensions import override
 
+from lightning_episodes.algorithms.loading import read_checkpoint
 from lightning_episodes.callbacks.difficulty_weighting import DifficultyWeightingCallback
 from lightning_episodes.evaluation.record import (
     RESULTS_FILE,
@@ -37,6 +38,20 @@ def sampling_record(trainer: pl.Trainer) -> dict[str, Any] | None:
     comparison differ in them (``target`` and ``proposal`` among them, as older records had)."""
     callback = _weighting_callback(trainer)
     return None if callback is None else dict(callback.options)
+
+
+def weighted_steps(trainer: pl.Trainer) -> int | None:
+    """The training steps whose weights came from the weighting callback's ``q`` (not its warm-up's 1s) in the fit
+    of the tested weights: from the tested checkpoint's record of the callback, else from the callback itself;
+    ``None`` without a callback, or where its checkpoint predates the count."""
+    callback = _weighting_callback(trainer)
+    if callback is None:
+        return None
+    if not trainer.ckpt_path:
+        return callback.book.weighted_steps
+    state = (read_checkpoint(trainer.ckpt_path).get("callbacks") or {}).get(callback.state_key)
+    counted = state.get("weighted_steps") if isinstance(state, dict) else None
+    return None if counted is None else int(counted)
 
 
 def sampling_defaults(trainer: pl.Trainer) -> dict[str, Any] | None:
@@ -125,6 +140,7 @@ class TestResultsWriter(Callback):
             seed=None if seed is None else int(seed),
             sampling=sampling_record(trainer),
             sampling_defaults=sampling_defaults(trainer),
+            weighted_steps=weighted_steps(trainer),
             trained_on=getattr(pl_module, "trained_on", None),
             validation=validation_record(TestResultsWriter._writer_of(trainer)),
         )

@@ -26,6 +26,7 @@ import torch
 from lightning_episodes.analysis.paired import paired_difference
 from lightning_episodes.analysis.protocols import distinguishing_settings
 from lightning_episodes.analysis.report import (
+    NEVER_WEIGHTED,
     RunResult,
     combine,
     distinguish_protocols,
@@ -179,7 +180,7 @@ def compare_scenario(
 
     Raises:
         FileNotFoundError: naming a missing seed or run folder, test record or checkpoint.
-        ValueError: if the runs test different scenarios or episodes.
+        ValueError: if the runs test different scenarios or episodes, or a treatment run never weighted.
     """
     folders = _seed_folders(scenario, seeds)
     found = {arm: [_record_or_error(seed / arm) for seed in folders] for arm in (baseline, treatment)}
@@ -195,6 +196,12 @@ def compare_scenario(
                 raise FileNotFoundError(f"{record}{hint}")
             scored.append(run_scores(record, count, device))
         arms[arm] = ([table for table, _ in scored], [result for _, result in scored])
+    never = [r.path for r in arms[treatment][1] if (NEVER_WEIGHTED, "true") in r.row.options]
+    if never and arms[treatment][1][0].row.target != "baseline":
+        raise ValueError(
+            f"{never[0]} never weighted its episodes (weighted_steps 0: its warm-up outlasted the run), so it is "
+            f"plain sampling, not the {treatment} arm: fit it with more steps than --trainer.callbacks.warmup_steps"
+        )
     results = arms[baseline][1] + arms[treatment][1]
     first = results[0]
     for result in results[1:]:

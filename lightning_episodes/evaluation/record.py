@@ -109,6 +109,7 @@ def results_record(
     sampling_defaults: Mapping[str, Any] | None,
     trained_on: Mapping[str, Any] | None,
     validation: list[list[float]],
+    weighted_steps: int | None = None,
 ) -> dict[str, Any]:
     """The fields of :data:`RESULTS_FILE`.
 
@@ -125,6 +126,8 @@ def results_record(
         sampling_defaults: the defaults of those options, so that a report names the options that differ.
         trained_on: the data the model was trained on, as its checkpoint recorded it.
         validation: ``[step, val/acc]`` of every validation of the fit, in step order.
+        weighted_steps: the training steps of the tested weights whose weights came from the weighting callback's
+            ``q`` (0: the run never weighted, e.g. a warm-up as long as the run; ``None``: no callback, or unknown).
     """
     hparams, data = plain(hparams), plain(data)
     return {
@@ -139,6 +142,7 @@ def results_record(
         "seed": seed,
         "sampling": None if sampling is None else dict(sampling),
         "sampling_defaults": None if sampling_defaults is None else dict(sampling_defaults),
+        "weighted_steps": weighted_steps,
         "trained_on": None if trained_on is None else dict(trained_on),
         "hparams": hparams,
         "data": data,
