@@ -144,12 +144,32 @@ def run(argv: list[str] | None, trainer_cli: Callable[..., object], tools: Mappi
         message = user_error(error)
         if message is None or debug():
             raise
+        message = _name_config_file(message, args)
         usage = f"{name} [-h] [--config FILE] [--section.key VALUE ...]" if command in TRAINER_COMMANDS else name
         sys.stderr.write(
             f"usage: {usage}\n{name}: error: {message}\n"
             f"(`{name} --help` lists the options; {DEBUG_ENV}=1 shows the traceback)\n"
         )
         return 2
+
+
+def _name_config_file(message: str, args: list[str]) -> str:
+    """A YAML syntax error as the parser gives it names its input ``"<unicode string>"``: name the ``--config`` file
+    that does not parse instead (its line and column are the message's)."""
+    if "<unicode string>" not in message:
+        return message
+    import yaml  # only on this error's path: the console imports nothing beyond the standard library
+
+    configs = [a.split("=", 1)[1] for a in args if a.startswith("--config=")]
+    configs += [value for flag, value in zip(args, args[1:], strict=False) if flag == "--config"]
+    for config in configs:
+        try:
+            yaml.safe_load(Path(config).read_text())
+        except yaml.YAMLError:
+            return message.replace("<unicode string>", config)
+        except OSError:
+            continue
+    return message
 
 
 def trainer_cli(args: list[str] | None, exit_on_error: bool = True) -> object:

@@ -16,6 +16,7 @@ import contextlib
 import errno
 import json
 import os
+import re
 import socket
 import warnings
 from collections.abc import Callable, Iterator
@@ -187,6 +188,24 @@ def _describe(holder: dict[str, Any]) -> str:
     return f"process {holder.get('pid')} on {holder.get('host')}{owner}"
 
 
+#: The temporary file :func:`atomic_write` writes before renaming it: ``.<name>.tmp-<pid>`` beside the file.
+_TEMPORARY = re.compile(r"^\.(?P<name>.+)\.tmp-(?P<pid>\d+)$")
+
+
+def remove_stale_temporaries(folder: Path) -> list[Path]:
+    """Remove the temporary files that :func:`atomic_write` left in ``folder`` when its process was killed mid-write
+    (a checkpoint's size each): only names of its pattern whose process is gone. Returns what was removed."""
+    removed = []
+    for path in folder.glob(".*.tmp-*"):
+        match = _TEMPORARY.match(path.name)
+        if match is None or not path.is_file() or _alive(int(match["pid"])):
+            continue
+        with contextlib.suppress(OSError):
+            path.unlink()
+            removed.append(path)
+    return removed
+
+
 def atomic_write(path: str | Path, write: Callable[[Path], object]) -> None:
     """Write ``path`` through ``write(temporary path)``, then flush it to disk and rename it over ``path``.
 
@@ -248,6 +267,7 @@ def owned_folders(
             created += probe_writable(checkpoints, "checkpoint folder")
             lock = RunFolderLock(checkpoints, owner)
             lock.acquire()
+            remove_stale_temporaries(checkpoints)  # the folder is this run's now: a killed write's leftovers go
         yield
     except BaseException:
         if lock is not None:

@@ -268,8 +268,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     interval over seed pairs.
 
     Returns:
-        0, or 1 (with the reason on stderr) when a seed folder, run, test record or checkpoint is missing or the
-        runs do not score the same episodes.
+        0, or 2 (with the reason on stderr, a usage error as every command's) when a seed folder, run, test record or
+        checkpoint is missing, the runs do not score the same episodes, or the treatment never weighted.
 
     Raises:
         argparse.ArgumentError: for an unknown option or a value of the wrong type.
@@ -291,7 +291,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ]
     except (FileNotFoundError, ValueError) as error:
         print(f"lightning-episodes compare: error: {error}", file=sys.stderr)
-        return 1
+        return 2
     # scenarios of one benchmark trained under different protocols are told apart as report's columns are
     for labelled, (_, entries) in zip(distinguish_protocols(first for first, _ in rows), rows, strict=True):
         lines.append("| " + " | ".join([labelled.column.label, *entries]) + " |")

@@ -46,7 +46,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Print the Markdown table of the runs and write the requested files.
 
     Returns:
-        0, or 1 when no result is found.
+        0, or 2 (a usage error, as every command's) when no result is found.
 
     Raises:
         argparse.ArgumentError: for an unknown option or a value of the wrong type.
@@ -62,8 +62,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         except (ValueError, OSError, yaml.YAMLError) as error:
             warnings.warn(f"skipping {path}: {error}", stacklevel=1)
     if not results:
-        print(f"no {RESULTS_FILE} under {', '.join(map(str, args.runs))}", file=sys.stderr)
-        return 1
+        print(
+            f"lightning-episodes report: error: no {RESULTS_FILE} under {', '.join(map(str, args.runs))}",
+            file=sys.stderr,
+        )
+        return 2
     table = build_table(results, args.bold_within)
     markdown = table.to_markdown()
     runs = runs_markdown(results)

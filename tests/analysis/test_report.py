@@ -303,7 +303,7 @@ def test_command(runs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str])
 
 
 def test_command_without_results(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main([str(tmp_path)]) == 1
+    assert main([str(tmp_path)]) == 2
     assert "no test_results.json" in capsys.readouterr().err
 
 

@@ -93,7 +93,7 @@ def test_report_gives_a_run_that_never_weighted_a_row_of_its_own(tmp_path: Path)
 
 def test_compare_refuses_a_treatment_that_never_weighted(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     scenario = _campaign(tmp_path, treatment_warmup=100)
-    assert compare([str(scenario)]) == 1
+    assert compare([str(scenario)]) == 2
     error = capsys.readouterr().err.strip()
     assert error.startswith("lightning-episodes compare: error: ")
     assert "uniform_online" in error

@@ -156,15 +156,15 @@ def test_compare_takes_the_seeds_it_is_given(scenario: Path, capsys: pytest.Capt
     assert row[7] == "–"  # one seed pair: no interval across seeds
     assert run_tool(["compare", str(scenario), "--seeds", "[0,1]"]) == 0
     assert _row(capsys.readouterr().out)[6].startswith("seed0 ")
-    assert run_tool(["compare", str(scenario), "--seeds", "[1,7]"]) == 1
+    assert run_tool(["compare", str(scenario), "--seeds", "[1,7]"]) == 2
     assert f"missing seed folder {scenario / 'seed7'} (--seeds 1 7)" in capsys.readouterr().err
 
 
 @pytest.mark.slow
 def test_compare_names_a_missing_run_or_seed_folder(scenario: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert run_tool(["compare", str(scenario), "--treatment", "easy_online"]) == 1
+    assert run_tool(["compare", str(scenario), "--treatment", "easy_online"]) == 2
     assert f"missing run folder {scenario / 'seed0' / 'easy_online'}" in capsys.readouterr().err
-    assert run_tool(["compare", str(scenario / "seed0")]) == 1
+    assert run_tool(["compare", str(scenario / "seed0")]) == 2
     assert f"no seed<N> folders in {scenario / 'seed0'}" in capsys.readouterr().err
 
 
@@ -174,14 +174,14 @@ def test_compare_names_the_seeds_that_have_both_arms(
 ) -> None:
     partial = shutil.copytree(scenario, tmp_path / scenario.name)  # a campaign whose seed 1 is still training
     shutil.rmtree(partial / "seed1" / "uniform_online")
-    assert run_tool(["compare", str(partial)]) == 1
+    assert run_tool(["compare", str(partial)]) == 2
     expected = (
         f"missing run folder {partial / 'seed1' / 'uniform_online'} (the seeds with both arms tested: --seeds [0])"
     )
     assert expected in capsys.readouterr().err
     for record in (partial / "seed1" / "baseline_online").rglob(RESULTS_FILE):  # begun, not yet tested
         record.unlink()
-    assert run_tool(["compare", str(partial)]) == 1
+    assert run_tool(["compare", str(partial)]) == 2
     assert "(the seeds with both arms tested: --seeds [0])" in capsys.readouterr().err
     assert run_tool(["compare", str(partial), "--seeds", "[0]"]) == 0
     assert _row(capsys.readouterr().out)[6].startswith("seed0 ")
@@ -208,7 +208,7 @@ def test_compare_checks_the_cached_scores_against_the_test(
     first = scores.records[0]
     DifficultyTable((replace(first, classes=first.classes[::-1]), *scores.records[1:])).write(cache)
     with pytest.warns(UserWarning, match="differs from the tested"):  # seed0's cache, as above
-        assert run_tool(["compare", str(copy)]) == 1
+        assert run_tool(["compare", str(copy)]) == 2
     error = capsys.readouterr().err
     assert f"{copy} (seed0, seed1): treatment[1] and baseline[0] do not score the same episodes" in error
     assert "episode id 0 is a different episode" in error
@@ -220,10 +220,10 @@ def test_compare_names_a_run_without_test_record_or_checkpoint(
     run = tmp_path / "seed0" / "baseline_online"
     (run / "cross_domain" / "cub200").mkdir(parents=True)
     (run / "cross_domain" / "cub200" / "test_results.json").write_text("{}")  # another dataset's test: not this one
-    assert run_tool(["compare", str(tmp_path)]) == 1
+    assert run_tool(["compare", str(tmp_path)]) == 2
     assert f"{run} holds no test_results.json" in capsys.readouterr().err
     (run / "test_results.json").write_text(json.dumps({"accuracy": 0.5, "ci95": 0.1, "episodes": 10}))
-    assert run_tool(["compare", str(tmp_path)]) == 1
+    assert run_tool(["compare", str(tmp_path)]) == 2
     assert f"no checkpoints/best-*.ckpt beside {run / 'test_results.json'}" in capsys.readouterr().err
 
 
@@ -243,7 +243,7 @@ def test_compare_refuses_arms_trained_under_different_protocols(
     config["model"]["init_args"]["lr_scheduler"] = {"class_path": "torch.optim.lr_scheduler.StepLR",
                                                     "init_args": {"step_size": 3}}  # fmt: skip
     config_path.write_text(yaml.safe_dump(config))
-    assert run_tool(["compare", str(copy)]) == 1
+    assert run_tool(["compare", str(copy)]) == 2
     error = capsys.readouterr().err
     assert f"{copy} mixes training protocols" in error
     assert "(lr_scheduler=none)" in error

@@ -98,6 +98,17 @@ def test_a_bad_optimiser_argument_is_one_line_before_anything_is_written(
 
 
 @pytest.mark.slow
+def test_a_yaml_syntax_error_names_the_file_and_line(tmp_path: Path) -> None:
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("trainer:\n  max_steps: 3\n  callbacks: [1, 2\n")
+    done = _run(tmp_path, "fit", "--config", QUICKSTART, "--config", str(broken))
+    assert done.returncode == 2, done.stderr[-2000:]
+    line = _error_line(done.stderr)
+    assert f'in "{broken}", line 3, column 14' in line
+    assert "<unicode string>" not in line
+
+
+@pytest.mark.slow
 def test_a_setup_error_names_the_parameter_and_the_split(tmp_path: Path) -> None:
     """Raised when the data module checks the request against the dataset, inside Trainer.fit."""
     done = _run(tmp_path, "fit", "--config", QUICKSTART, "--data.shots", "500")

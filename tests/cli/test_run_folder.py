@@ -18,7 +18,15 @@ import yaml
 from pytorch_lightning.plugins.io import TorchCheckpointIO
 
 from lightning_episodes.cli import entry
-from lightning_episodes.run_folder import LOCK_NAME, RunFolderLock, RunFolderLockedError, atomic_write, probe_writable
+from lightning_episodes.run_folder import (
+    LOCK_NAME,
+    RunFolderLock,
+    RunFolderLockedError,
+    atomic_write,
+    owned_folders,
+    probe_writable,
+    remove_stale_temporaries,
+)
 from tests.cli.test_checkpoints import _config
 
 
@@ -180,6 +188,23 @@ def test_a_failed_checkpoint_write_keeps_the_previous_last_ckpt(
         assert entry(["fit", "--config", str(config), "--ckpt_path", "last"]) == 0
         assert torch.load(folder / "last.ckpt", weights_only=True)["global_step"] == 6
         assert not (folder / LOCK_NAME).exists()
+
+
+def test_a_fit_removes_the_temporary_files_of_killed_checkpoint_writes(tmp_path: Path) -> None:
+    """Only ``.<name>.tmp-<pid>`` files of a process that is gone, in the folder the run takes: a live process's
+    write in progress and anything else stay."""
+    folder = tmp_path / "checkpoints"
+    folder.mkdir()
+    dead = folder / f".last.ckpt.tmp-{_dead_pid()}"
+    live = folder / f".last.ckpt.tmp-{os.getpid()}"
+    others = [folder / ".notes.tmp-x", folder / "last.ckpt.tmp-1", folder / "best-2-0.5000.ckpt"]
+    for path in [dead, live, *others]:
+        path.write_bytes(b"partial")
+    with owned_folders(folder, [], "test"):
+        assert not dead.exists()
+        assert live.exists()
+        assert all(path.exists() for path in others)
+    assert remove_stale_temporaries(folder) == []
 
 
 def test_atomic_write_keeps_the_old_file(tmp_path: Path) -> None:
