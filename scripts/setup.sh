@@ -4,7 +4,8 @@
 #
 # learn2learn 0.2.0 (the paper's reference implementation) is built from its sdist: its shipped C
 # files predate Python 3.11, so the three .pyx sources are re-cythonized first, and it is installed
-# with --no-deps (its gsutil/qpth/cvxpy requirements are never needed here).
+# with --no-deps (its gsutil/qpth/cvxpy requirements are never needed here). Every package is installed at the
+# version requirements/constraints.txt locks (tests/test_environment.py checks them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,12 +25,12 @@ if [ -x "$VENV/bin/python" ] && ! "$VENV/bin/python" -m pip --version >/dev/null
 fi
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
 pip() { "$VENV/bin/python" -m pip --disable-pip-version-check -q "$@"; }
-pip install -r requirements/test.txt
+pip install -c requirements/constraints.txt -r requirements/test.txt
 
 if ! "$VENV/bin/python" -c "import learn2learn" 2>/dev/null; then
     work=$(mktemp -d)
     trap 'rm -rf "$work"' EXIT
-    pip install "cython>=3.0,<4" setuptools wheel
+    pip install -c requirements/constraints.txt "cython>=3.0,<4" setuptools wheel
     pip download learn2learn==0.2.0 --no-deps --no-binary :all: -d "$work"
     tar xzf "$work"/learn2learn-0.2.0.tar.gz -C "$work"
     src="$work/learn2learn-0.2.0"

@@ -174,6 +174,8 @@ class RunResult:
     protocol: Protocol = ()
     #: ``(step, validation accuracy)`` of every validation of the fit, in step order (older records: empty)
     validation: tuple[tuple[int, float], ...] = ()
+    #: the package versions the record was made with (``(name, version)``, sorted; older records: empty)
+    versions: tuple[tuple[str, str], ...] = ()
 
     @property
     def best_validation(self) -> tuple[int, float] | None:
@@ -332,7 +334,25 @@ def read_result(path: str | Path) -> RunResult:
         seed=None if isinstance(seed, bool) or seed is None else (seed, data.get("seed")),
         validation=tuple((int(step), float(accuracy)) for step, accuracy in record.get("validation") or []),
         protocol=protocol_of(config, record),
+        versions=tuple(
+            sorted((str(k), str(v)) for k, v in (record.get("environment") or {}).items() if k not in _WHERE)
+        ),
     )
+
+
+#: the fields of a record's ``environment`` that say where it ran, not with what
+_WHERE = frozenset({"cpu", "device"})
+
+
+def mixed_versions(results: Iterable[RunResult]) -> str | None:
+    """Which package versions differ between the records (those that carry them), e.g. ``numpy 2.4.6 / 2.5.0``;
+    ``None`` when they agree. Bit for bit, a record reproduces only with its own versions."""
+    seen: dict[str, set[str]] = defaultdict(set)
+    for result in results:
+        for name, version in result.versions:
+            seen[name].add(version)
+    differing = [f"{name} {' / '.join(sorted(found))}" for name, found in sorted(seen.items()) if len(found) > 1]
+    return ", ".join(differing) or None
 
 
 def distinguish_protocols(results: Iterable[RunResult]) -> list[RunResult]:

@@ -23,6 +23,7 @@ from lightning_episodes.evaluation.record import (
     RESULTS_FILE,
     SCORES_FILE,
     checkpoint_step,
+    environment,
     plain,
     results_record,
     scores_table,
@@ -141,6 +142,7 @@ class TestResultsWriter(Callback):
             sampling=sampling_record(trainer),
             sampling_defaults=sampling_defaults(trainer),
             weighted_steps=weighted_steps(trainer),
+            made_with=environment(trainer.strategy.root_device),
             trained_on=getattr(pl_module, "trained_on", None),
             validation=validation_record(TestResultsWriter._writer_of(trainer)),
         )

@@ -14,7 +14,14 @@ from typing import Any
 
 import yaml
 
-from lightning_episodes.analysis.report import BoldWithin, build_table, find_results, read_result, runs_markdown
+from lightning_episodes.analysis.report import (
+    BoldWithin,
+    build_table,
+    find_results,
+    mixed_versions,
+    read_result,
+    runs_markdown,
+)
 from lightning_episodes.commands._common import arguments, command_parser, probe_output
 from lightning_episodes.evaluation.record import RESULTS_FILE
 
@@ -67,6 +74,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    mixed = mixed_versions(results)
+    if mixed is not None:
+        warnings.warn(f"the records of this table were made with different versions: {mixed}", stacklevel=1)
     table = build_table(results, args.bold_within)
     markdown = table.to_markdown()
     runs = runs_markdown(results)

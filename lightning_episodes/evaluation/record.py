@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import platform
 from collections.abc import Mapping
+from importlib import metadata
 from pathlib import Path
 from typing import Any, Final
 
@@ -29,10 +31,12 @@ from lightning_episodes.evaluation.tables import DifficultyTable
 
 __all__ = [
     "CONFIG_FILE",
+    "ENVIRONMENT_PACKAGES",
     "LEGACY_SAMPLING_DEFAULTS",
     "RESULTS_FILE",
     "SCORES_FILE",
     "checkpoint_step",
+    "environment",
     "plain",
     "scenario_hash",
     "results_record",
@@ -95,6 +99,35 @@ def checkpoint_step(ckpt_path: str | Path | None) -> int:
     return int(read_checkpoint(ckpt_path).get("global_step") or 0)
 
 
+#: The packages whose versions a record keeps (what its numbers depend on, beyond the code of this library).
+ENVIRONMENT_PACKAGES: Final = ("lightning-episodes", "torch", "pytorch-lightning", "numpy", "pillow")
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def environment(device: torch.device | str | None = None) -> dict[str, str]:
+    """Where a record was made: Python's and :data:`ENVIRONMENT_PACKAGES`' versions, the CPU model and, on an
+    accelerator, its name (a record's numbers are bit-reproducible only with the same versions and processor)."""
+    found = {"python": platform.python_version(), "cpu": _cpu_model()}
+    for package in ENVIRONMENT_PACKAGES:
+        try:
+            found[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            found[package] = "not installed"
+    device = torch.device(device) if device is not None else None
+    if device is not None and device.type == "cuda" and torch.cuda.is_available():
+        found["device"] = torch.cuda.get_device_name(device)
+    return found
+
+
 def results_record(
     results: Mapping[str, float],
     algorithm: str,
@@ -110,6 +143,7 @@ def results_record(
     trained_on: Mapping[str, Any] | None,
     validation: list[list[float]],
     weighted_steps: int | None = None,
+    made_with: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The fields of :data:`RESULTS_FILE`.
 
@@ -128,6 +162,7 @@ def results_record(
         validation: ``[step, val/acc]`` of every validation of the fit, in step order.
         weighted_steps: the training steps of the tested weights whose weights came from the weighting callback's
             ``q`` (0: the run never weighted, e.g. a warm-up as long as the run; ``None``: no callback, or unknown).
+        made_with: :func:`environment` where the test ran (``None``: this process's, on the CPU).
     """
     hparams, data = plain(hparams), plain(data)
     return {
@@ -143,6 +178,7 @@ def results_record(
         "sampling": None if sampling is None else dict(sampling),
         "sampling_defaults": None if sampling_defaults is None else dict(sampling_defaults),
         "weighted_steps": weighted_steps,
+        "environment": dict(made_with) if made_with is not None else environment(),
         "trained_on": None if trained_on is None else dict(trained_on),
         "hparams": hparams,
         "data": data,

@@ -11,6 +11,7 @@ import math
 import os
 import runpy
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -300,6 +301,19 @@ def test_command(runs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert "**52.00 ± 0.80**†" in printed
     (runs / "broken" / "test_results.json").unlink()
     assert (tmp_path / "out/t.csv").read_text() == build_table(load(runs)).to_csv()
+
+
+def test_the_command_warns_when_records_come_from_different_versions(tmp_path: Path) -> None:
+    made = {"python": "3.11.7", "torch": "2.14.1", "numpy": "2.4.6", "cpu": "Intel Xeon"}
+    write_run(tmp_path / "a", 0.50, 0.01, environment=made)
+    write_run(tmp_path / "b", 0.51, 0.01, seed=1, environment={**made, "cpu": "AMD EPYC"})  # the CPU alone: no warning
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert main([str(tmp_path)]) == 0
+    write_run(tmp_path / "c", 0.52, 0.01, seed=2, environment={**made, "numpy": "2.5.0"})
+    write_run(tmp_path / "d", 0.53, 0.01, seed=3)  # an older record, without versions, says nothing
+    with pytest.warns(UserWarning, match=r"made with different versions: numpy 2\.4\.6 / 2\.5\.0$"):
+        assert main([str(tmp_path)]) == 0
 
 
 def test_command_without_results(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
