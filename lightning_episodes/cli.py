@@ -22,7 +22,12 @@ import lightning_episodes.algorithms
 import lightning_episodes.callbacks
 import lightning_episodes.data  # noqa: F401
 from lightning_episodes.algorithms.base import EpisodicModule
-from lightning_episodes.algorithms.loading import CheckpointError, check_class_path, read_checkpoint
+from lightning_episodes.algorithms.loading import (
+    CheckpointError,
+    check_class_path,
+    check_recorded_classes,
+    read_checkpoint,
+)
 from lightning_episodes.algorithms.schedules import check_schedule
 from lightning_episodes.callbacks.checkpointing import (
     checkpoint_callback,
@@ -171,6 +176,11 @@ class EpisodicCLI(LightningCLI):
         model = self.config[subcommand].get("model")
         configured = model.get("class_path") if isinstance(model, Namespace) else None
         allowed = [configured.rpartition(".")[0]] if isinstance(configured, str) else []
+        data = self.config[subcommand].get("data")
+        data_class = data.get("class_path") if isinstance(data, Namespace) else None
+        check_recorded_classes(
+            checkpoint, f"checkpoint {path}", [*allowed, *([data_class.rpartition(".")[0]] if data_class else [])]
+        )
         hparams = checkpoint.get("hyper_parameters") or {}
         record = checkpoint.get("lightning_episodes") or {}
         recorded = hparams.get("_class_path") if isinstance(hparams, dict) else None
@@ -206,6 +216,8 @@ class EpisodicCLI(LightningCLI):
             else:
                 path = Path(value)
             checkpoint = read_checkpoint(path)
+            if value in ("last", "best"):  # a file named by the user was checked when the arguments were parsed
+                self._check_checkpoint_model(checkpoint, str(path), subcommand)
         except (FileNotFoundError, CheckpointError) as error:
             self.parser.error(f"--ckpt_path {value}: {error}")
         if value == "last" and subcommand == "fit":

@@ -21,6 +21,7 @@ import torch
 from PIL import Image
 
 from lightning_episodes import ANIL, FEAT, MAML, Episode, EpisodicModule, ProtoNet, load_episodic_module, predict
+from lightning_episodes.algorithms.loading import CLI_INSTANTIATORS
 from lightning_episodes.models import set_eval_batch_norm
 from tests.helpers import tiny_datamodule, tiny_trainer
 
@@ -334,6 +335,51 @@ def test_the_trainer_cli_refuses_it_too(
     assert not marker.exists()
     assert "le_evil_module" not in sys.modules
     assert "records the class 'le_evil_module.Model'" in captured.err
+
+
+#: edited fields of a checkpoint written by the CLI -> the one line that refuses it
+EDITED = {
+    ("hyper_parameters", "_instantiator", "os.system"): "names the instantiator 'os.system' in its hyper_parameters",
+    ("hyper_parameters", "_class_path", "os.PathLike"): "and, in its hyper_parameters, 'os.PathLike': refused",
+    ("datamodule_hyper_parameters", "_instantiator", "builtins.eval"): (
+        "names the instantiator 'builtins.eval' in its datamodule_hyper_parameters"
+    ),
+    ("datamodule_hyper_parameters", "_class_path", "le_evil_data.Module"): (
+        "records the class 'le_evil_data.Module', which is not a lightning_episodes algorithm"
+    ),
+}
+
+
+@pytest.mark.parametrize("edit", list(EDITED), ids=["-".join(edit[:2]) for edit in EDITED])
+def test_an_edited_instantiator_or_class_path_is_one_line_in_every_command(
+    edit: tuple[str, str, str],
+    checkpoints: dict[str, Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """What LightningCLI saves (``_class_path``, ``_instantiator``, for the model and the data module), edited: predict
+    and `test --ckpt_path` refuse it in one line, exit 2 (Lightning's own refusal was a 28-57 line traceback, and
+    `test` ignored an edited data module)."""
+    from lightning_episodes.cli import entry
+    from tests.cli.test_checkpoints import _config
+
+    section, field, value = edit
+    checkpoint = torch.load(checkpoints["protonet"], map_location="cpu", weights_only=True)
+    model_class = checkpoint["lightning_episodes"]["class_path"]
+    checkpoint["hyper_parameters"].update(_class_path=model_class, _instantiator=sorted(CLI_INSTANTIATORS)[0])
+    checkpoint["datamodule_hyper_parameters"] = {
+        "_class_path": "lightning_episodes.data.EpisodicDataModule",
+        "_instantiator": sorted(CLI_INSTANTIATORS)[0],
+    }
+    checkpoint[section][field] = value
+    crafted = tmp_path / "edited.ckpt"
+    torch.save(checkpoint, crafted)
+    support_dir, query_dir, _, _ = _write_images(tmp_path)
+    assert _predict_entry(crafted, support_dir, query_dir, "--device", "cpu") == 2
+    assert EDITED[edit] in _one_error_line(capsys)
+    assert entry(["test", "--config", str(_config(tmp_path / "run")), "--ckpt_path", str(crafted)]) == 2
+    assert EDITED[edit] in _one_error_line(capsys)
+    assert "le_evil_data" not in sys.modules
 
 
 def test_an_output_that_cannot_be_written_stops_before_predicting(

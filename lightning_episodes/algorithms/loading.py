@@ -8,7 +8,7 @@ import os
 import pickle
 import sys
 import zipfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -136,6 +136,46 @@ def check_class_path(class_path: str, allowed_modules: Iterable[str] = (), sourc
     )
 
 
+#: The instantiators LightningCLI writes into the hyper-parameters it saves (Lightning's allowlist has these alone).
+CLI_INSTANTIATORS = frozenset({"pytorch_lightning.cli.instantiate_module", "lightning.pytorch.cli.instantiate_module"})
+
+
+def check_recorded_classes(
+    checkpoint: Mapping[str, Any], source: str | Path = "checkpoint", allowed_modules: Iterable[str] = ()
+) -> None:
+    """Refuse, in one line, a checkpoint whose saved hyper-parameters (the model's and the data module's) name an
+    instantiator other than LightningCLI's, a class outside the trusted modules (:func:`check_class_path`), or a model
+    class other than the one its ``lightning_episodes`` record names: an edited checkpoint, which Lightning would
+    otherwise refuse with a long traceback, or (the data module's) silently ignore.
+
+    Raises:
+        CheckpointError: naming the checkpoint, the field and the value.
+    """
+    record = checkpoint.get("lightning_episodes")
+    recorded = record.get("class_path") if isinstance(record, Mapping) else None
+    for section in ("hyper_parameters", "datamodule_hyper_parameters"):
+        hparams = checkpoint.get(section)
+        if not isinstance(hparams, Mapping):
+            continue
+        instantiator = hparams.get("_instantiator")
+        if instantiator is not None and instantiator not in CLI_INSTANTIATORS:
+            raise CheckpointError(
+                f"{source} names the instantiator {instantiator!r} in its {section}, not LightningCLI's: refused "
+                "before importing it (an edited checkpoint?)"
+            )
+        class_path = hparams.get("_class_path")
+        if class_path is None:
+            continue
+        if not isinstance(class_path, str):
+            raise CheckpointError(f"{source} records a _class_path that is not a string in its {section}")
+        check_class_path(class_path, allowed_modules, source)
+        if section == "hyper_parameters" and isinstance(recorded, str) and class_path != recorded:
+            raise CheckpointError(
+                f"{source} records the model class {recorded!r} and, in its hyper_parameters, {class_path!r}: "
+                "refused (an edited checkpoint?)"
+            )
+
+
 def load_episodic_module(
     path: str | Path, map_location: str | torch.device = "cpu", allowed_modules: Iterable[str] = ()
 ) -> EpisodicModule:
@@ -159,6 +199,7 @@ def load_episodic_module(
         CheckpointError: if the file is broken (see :func:`read_checkpoint`).
         ValueError: if the recorded class is not an :class:`EpisodicModule`.
     """
+    check_recorded_classes(read_checkpoint(path), f"checkpoint {path}", allowed_modules)
     class_path = check_class_path(checkpoint_info(path)["class_path"], allowed_modules, f"checkpoint {path}")
     module_name, _, name = class_path.rpartition(".")
     cls = getattr(importlib.import_module(module_name), name, None)
