@@ -222,8 +222,14 @@ class EpisodicCLI(LightningCLI):
             self.parser.error(f"--ckpt_path {value}: {error}")
         if value == "last" and subcommand == "fit":
             callback = checkpoint_callback(self.trainer)
+            step = int(checkpoint.get("global_step", 0))
             if callback is not None and callback.dirpath is None:
-                continue_logger_version(self.trainer, path, int(checkpoint.get("global_step", 0)))
+                continue_logger_version(self.trainer, path.parent.parent, step)
+            elif callback is not None:  # checkpoints in a dirpath of their own: the log folder they recorded
+                state = (checkpoint.get("callbacks") or {}).get(callback.state_key)
+                log_dir = state.get("log_dir") if isinstance(state, dict) else None
+                if isinstance(log_dir, str) and Path(log_dir).is_dir():
+                    continue_logger_version(self.trainer, Path(log_dir), step)
         rank_zero_info(f"--ckpt_path {value}: {path}")
         config["ckpt_path"] = str(path)
 

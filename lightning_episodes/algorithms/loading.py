@@ -151,6 +151,7 @@ def check_recorded_classes(
     Raises:
         CheckpointError: naming the checkpoint, the field and the value.
     """
+    allowed_modules = list(allowed_modules)
     record = checkpoint.get("lightning_episodes")
     recorded = record.get("class_path") if isinstance(record, Mapping) else None
     for section in ("hyper_parameters", "datamodule_hyper_parameters"):
@@ -169,7 +170,12 @@ def check_recorded_classes(
         if not isinstance(class_path, str):
             raise CheckpointError(f"{source} records a _class_path that is not a string in its {section}")
         check_class_path(class_path, allowed_modules, source)
-        if section == "hyper_parameters" and isinstance(recorded, str) and class_path != recorded:
+        # the config's name of the class (`lightning_episodes.algorithms.ProtoNet`) and the record's (its module's)
+        # may differ; a class of another name, or from a module trusted only because it is imported, may not
+        module, _, name = class_path.rpartition(".")
+        named = any(_in_module(module, trusted) for trusted in [LIBRARY, *allowed_modules])
+        alias = isinstance(recorded, str) and named and name == recorded.rpartition(".")[2]
+        if section == "hyper_parameters" and isinstance(recorded, str) and class_path != recorded and not alias:
             raise CheckpointError(
                 f"{source} records the model class {recorded!r} and, in its hyper_parameters, {class_path!r}: "
                 "refused (an edited checkpoint?)"

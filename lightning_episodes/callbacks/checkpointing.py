@@ -85,6 +85,9 @@ class ResumableCheckpoint(ModelCheckpoint):
             )
         super().__init__(save_last=True, enable_version_counter=enable_version_counter, **kwargs)
         self.last_every_n_steps = last_every_n_steps
+        #: the run's log folder (``<save_dir>/<name>/<version>``), kept in the checkpoints: a resumed run whose
+        #: checkpoints have a ``dirpath`` continues logging there
+        self.log_dir: str | None = None
         #: global step of the state in ``last.ckpt``, and how many times this run wrote it
         self._last_step: int | None = None
         self._last_writes = 0
@@ -100,6 +103,12 @@ class ResumableCheckpoint(ModelCheckpoint):
             if not (lock_only and "exists and is not empty" in str(warning.message)):
                 warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
         self._last_step = None
+        if stage == "fit" and trainer.loggers:
+            self.log_dir = trainer.log_dir  # a collective under DDP: every rank asks
+
+    @override
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "log_dir": self.log_dir}
 
     def _fitting(self, trainer: pl.Trainer) -> bool:
         return not _fast_dev_run(trainer) and trainer.state.fn == TrainerFn.FITTING and not trainer.sanity_checking
@@ -211,15 +220,15 @@ def find_last_checkpoint(trainer: pl.Trainer) -> Path:
     return max(found, key=lambda path: path.stat().st_mtime)
 
 
-def continue_logger_version(trainer: pl.Trainer, checkpoint: Path, step: int) -> None:
-    """Make the loggers write into the run folder of ``checkpoint`` (``<root>/<version>/checkpoints/last.ckpt``)
-    instead of a new version, so that a resumed run keeps one folder: its checkpoints, logs and test record.
+def continue_logger_version(trainer: pl.Trainer, run_dir: Path, step: int) -> None:
+    """Make the loggers write into ``run_dir`` (``<root>/<version>``: the folder of the checkpoint without a
+    ``dirpath``, or the log folder that :class:`ResumableCheckpoint` recorded) instead of a new version, so that a
+    resumed run keeps one folder: its checkpoints (without a ``dirpath``), logs and test record.
 
     A ``CSVLogger`` deletes the ``metrics.csv`` of a folder it starts in: its rows up to ``step`` (the
     checkpoint's global step; later rows belong to steps that the resumed run repeats) are logged again.
     Loggers without a version of this kind (other than CSV and TensorBoard) start a new one, as they would.
     """
-    run_dir = checkpoint.parent.parent
     for logger in trainer.loggers:
         root = getattr(logger, "root_dir", None)
         if root is None or Path(root).resolve() != run_dir.parent.resolve() or not hasattr(logger, "_version"):

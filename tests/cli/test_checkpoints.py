@@ -106,6 +106,28 @@ def test_fit_ckpt_path_last_resumes_a_killed_run_exactly(tmp_path: Path) -> None
 
 
 @pytest.mark.slow
+def test_a_resumed_run_with_a_checkpoint_dirpath_keeps_logging_in_its_version(tmp_path: Path) -> None:
+    """The quickstart's layout (checkpoints in a dirpath of their own): the resumed run logs into the version the
+    killed run logged into (recorded in last.ckpt), one metrics.csv with the uninterrupted run's steps."""
+
+    def config(folder: Path, crash_at: int | None = None) -> Path:
+        path = _config(folder, crash_at=crash_at)
+        settings = yaml.safe_load(path.read_text())
+        settings["trainer"]["callbacks"][-1]["init_args"]["dirpath"] = str(folder / "checkpoints")
+        path.write_text(yaml.safe_dump(settings))
+        return path
+
+    main(["fit", "--config", str(config(tmp_path / "straight"))])
+    run = tmp_path / "killed"
+    with pytest.raises(RuntimeError, match="CRASH"):
+        main(["fit", "--config", str(config(run, crash_at=5))])
+    main(["fit", "--config", str(config(run)), "--ckpt_path", "last"])
+    assert sorted(p.name for p in (run / "logs").iterdir()) == ["version_0"]
+    assert _steps(run / "logs/version_0/metrics.csv") == _steps(tmp_path / "straight/logs/version_0/metrics.csv")
+    assert torch.load(run / "checkpoints/last.ckpt", weights_only=True)["global_step"] == 8
+
+
+@pytest.mark.slow
 def test_a_run_stopped_by_sigterm_saves_its_step_fails_and_resumes_exactly(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -260,7 +282,7 @@ def test_compare_names_a_broken_checkpoint_file(tmp_path: Path, capsys: pytest.C
         (folder / "test_results.json").write_text(json.dumps({"accuracy": 0.5, "ci95": 0.1, "episodes": 4}))
         path, problem = _broken(folder / "checkpoints", kind)
         path.rename(folder / "checkpoints" / "best-4-0.5000.ckpt")
-    assert compare([str(tmp_path / "scenario"), "--device=cpu"]) == 1
+    assert compare([str(tmp_path / "scenario"), "--device=cpu"]) == 2
     message = capsys.readouterr().err.strip().splitlines()[-1]
     assert message.startswith("lightning-episodes compare: error: checkpoint ")
     assert "best-4-0.5000.ckpt" in message
