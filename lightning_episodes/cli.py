@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib
+import logging
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -347,6 +349,23 @@ def entry(argv: list[str] | None = None) -> int:
     return run(argv, main, TOOLS)  # the same as lightning_episodes.console.entry, the console script
 
 
+class _NoAdvertisement(logging.Filter):
+    """Drops Lightning's "💡 Tip" that advertises its cloud logger (printed by every Trainer without it)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("💡 Tip")
+
+
+def quiet_lightning() -> None:
+    """Silence what Lightning prints in every run that no user of this command can act on: the advertisement of its
+    cloud logger, and a deprecation warning raised inside Lightning itself (``LeafSpec``, from its own ``_pytree``).
+    Warnings and messages about the run itself are kept. Idempotent."""
+    warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)` is deprecated")
+    logger = logging.getLogger("pytorch_lightning.utilities.rank_zero")
+    if not any(isinstance(existing, _NoAdvertisement) for existing in logger.filters):
+        logger.addFilter(_NoAdvertisement())
+
+
 def main(args: list[str] | None = None, exit_on_error: bool = True, run: bool = True) -> EpisodicCLI:
     """The LightningCLI (``fit``, ``validate``, ``test``), in process when ``args`` is given.
 
@@ -357,6 +376,7 @@ def main(args: list[str] | None = None, exit_on_error: bool = True, run: bool = 
         run: run the subcommand that ``args`` starts with; ``False``: ``args`` has no subcommand, and the model,
             data module and Trainer are only built (``cli.model``, ``cli.datamodule``, ``cli.trainer``).
     """
+    quiet_lightning()
     parser_kwargs: dict[str, Any] | None = None
     if not exit_on_error:
         parser_kwargs = {"exit_on_error": False}

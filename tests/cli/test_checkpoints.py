@@ -168,6 +168,9 @@ def test_the_command_line_exits_non_zero_when_sigterm_stops_a_fit(tmp_path: Path
     assert result.stderr.splitlines()[-1].startswith("lightning-episodes fit: stopped by SIGTERM at step 3 of 8")
     assert "Traceback" not in result.stderr
     assert torch.load(tmp_path / "logs/version_0/checkpoints/last.ckpt", weights_only=True)["global_step"] == 3
+    # nothing a user cannot act on: Lightning's advertisement and its own deprecation warning
+    assert "litlogger" not in result.stderr
+    assert "LeafSpec" not in result.stderr
 
 
 @pytest.mark.slow
