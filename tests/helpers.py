@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -86,3 +87,23 @@ def same_state(a: object, b: object) -> bool:
     if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
         return torch.equal(a, b)
     return a == b
+
+
+def fit_and_test_record(
+    folder: Path, callbacks: list[Any], ckpt_path: str | None = None, **trainer: Any
+) -> dict[str, Any]:
+    """Fit a tiny ProtoNet (seed 0) and test it with a ``TestResultsWriter`` logging into ``folder``; the
+    ``test_results.json`` it wrote. ``trainer``: options of :func:`tiny_trainer`."""
+    from pytorch_lightning.loggers import CSVLogger
+
+    from lightning_episodes import ProtoNet
+    from lightning_episodes.callbacks import TestResultsWriter
+    from lightning_episodes.evaluation import RESULTS_FILE
+
+    pl.seed_everything(0)
+    writer = TestResultsWriter()
+    fit = tiny_trainer(logger=CSVLogger(folder, name="", version=""), callbacks=[*callbacks, writer], **trainer)
+    model, data = ProtoNet(image_size=16, backbone_options={"hidden": 8}), tiny_datamodule()
+    fit.fit(model, data)
+    fit.test(model, data, ckpt_path=ckpt_path, verbose=False)
+    return json.loads((folder / RESULTS_FILE).read_text())

@@ -5,19 +5,12 @@ keeps the versions and the processor it was made with."""
 
 from __future__ import annotations
 
-import json
 import platform
 import re
 from importlib import metadata
 from pathlib import Path
 
-import pytorch_lightning as pl
-from pytorch_lightning.loggers import CSVLogger
-
-from lightning_episodes import ProtoNet
-from lightning_episodes.callbacks import TestResultsWriter
-from lightning_episodes.evaluation import RESULTS_FILE
-from tests.helpers import tiny_datamodule, tiny_trainer
+from tests.helpers import fit_and_test_record
 
 ROOT = Path(__file__).resolve().parents[1]
 LOCK = ROOT / "requirements" / "constraints.txt"
@@ -65,14 +58,7 @@ def test_every_requirement_is_locked() -> None:
 
 
 def test_a_test_record_keeps_the_versions_and_the_processor(tmp_path: Path) -> None:
-    pl.seed_everything(0)
-    trainer = tiny_trainer(
-        max_steps=1, logger=CSVLogger(tmp_path, name="", version=""), callbacks=[TestResultsWriter()]
-    )
-    model, data = ProtoNet(image_size=16, backbone_options={"hidden": 4}), tiny_datamodule()
-    trainer.fit(model, data)
-    trainer.test(model, data, verbose=False)
-    made = json.loads((tmp_path / RESULTS_FILE).read_text())["environment"]
+    made = fit_and_test_record(tmp_path, [], max_steps=1)["environment"]
     for package in ("torch", "pytorch-lightning", "numpy", "pillow"):
         assert made[package] == metadata.version(package) == _locked()[package]
     assert made["python"] == platform.python_version()

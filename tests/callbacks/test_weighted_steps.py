@@ -4,42 +4,26 @@ arm: ``report`` gives it a row of its own and ``compare`` refuses to pair it as 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
-import pytorch_lightning as pl
 import torch
-from pytorch_lightning.loggers import CSVLogger
 
-from lightning_episodes import ProtoNet
 from lightning_episodes.analysis.report import build_table, find_results, read_result
-from lightning_episodes.callbacks import DifficultyWeightingCallback, ResumableCheckpoint, TestResultsWriter
+from lightning_episodes.callbacks import DifficultyWeightingCallback, ResumableCheckpoint
 from lightning_episodes.commands.compare import main as compare
-from lightning_episodes.evaluation import RESULTS_FILE
-from tests.helpers import tiny_datamodule, tiny_trainer
+from tests.helpers import fit_and_test_record
 
 
 def _record(folder: Path, steps: int, warmup: int, target: str = "uniform", test_best: bool = False) -> dict[str, Any]:
-    pl.seed_everything(0)
-    weighting = DifficultyWeightingCallback(target=target, warmup_steps=warmup)
-    callbacks = [weighting, TestResultsWriter()]
+    callbacks: list[Any] = [DifficultyWeightingCallback(target=target, warmup_steps=warmup)]
     if test_best:
-        checkpoint = ResumableCheckpoint(dirpath=folder / "checkpoints", monitor="val/acc", mode="max")
-        callbacks.append(checkpoint)
-    trainer = tiny_trainer(
-        max_steps=steps,
-        val_check_interval=2,
-        limit_val_batches=1,
-        logger=CSVLogger(folder, name="", version=""),
-        enable_checkpointing=test_best,
-        callbacks=callbacks,
-    )
-    model, data = ProtoNet(image_size=16, backbone_options={"hidden": 8}), tiny_datamodule()
-    trainer.fit(model, data)
-    trainer.test(model, data, ckpt_path="best" if test_best else None, verbose=False)
-    return json.loads((folder / RESULTS_FILE).read_text())
+        callbacks.append(ResumableCheckpoint(dirpath=folder / "checkpoints", monitor="val/acc", mode="max"))
+    return fit_and_test_record(
+        folder, callbacks, "best" if test_best else None,
+        max_steps=steps, val_check_interval=2, limit_val_batches=1, enable_checkpointing=test_best,
+    )  # fmt: skip
 
 
 @pytest.mark.parametrize(("steps", "warmup", "weighted"), [(6, 4, 2), (7, 2, 5), (3, 4, 0)])
@@ -62,14 +46,7 @@ def test_a_tested_checkpoint_carries_the_count_of_its_own_step(tmp_path: Path) -
 
 
 def test_without_a_weighting_callback_the_count_is_absent(tmp_path: Path) -> None:
-    pl.seed_everything(0)
-    trainer = tiny_trainer(
-        max_steps=2, logger=CSVLogger(tmp_path, name="", version=""), callbacks=[TestResultsWriter()]
-    )
-    model, data = ProtoNet(image_size=16, backbone_options={"hidden": 8}), tiny_datamodule()
-    trainer.fit(model, data)
-    trainer.test(model, data, verbose=False)
-    assert json.loads((tmp_path / RESULTS_FILE).read_text())["weighted_steps"] is None
+    assert fit_and_test_record(tmp_path, [], max_steps=2)["weighted_steps"] is None
 
 
 def _campaign(root: Path, treatment_warmup: int) -> Path:
