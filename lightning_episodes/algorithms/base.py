@@ -276,7 +276,7 @@ class EpisodicModule(pl.LightningModule):
         result = weighted_loss(
             out.losses,
             step.weights,
-            normalization=step.normalization,
+            divisor=step.divisor,
             reduce=self._sum_over_ranks,
             world_size=trainer.world_size,
             denominator=step.denominator,

@@ -54,6 +54,7 @@ from scipy import stats
 
 from lightning_episodes.analysis.protocols import Protocol, distinguishing_settings, protocol_of
 from lightning_episodes.evaluation.record import CONFIG_FILE, LEGACY_SAMPLING_DEFAULTS, RESULTS_FILE
+from lightning_episodes.weighting import available_targets  # rows in the paper's order of targets
 
 BoldWithin = Literal["column", "scenario"]
 
@@ -70,7 +71,6 @@ _DATASETS = {
 }
 _BACKBONES = {"conv4": "Conv-4", "resnet12": "ResNet-12", "resnet12-wide": "ResNet-12 (wide)"}
 _ALGORITHMS = ("ProtoNet (Euclidean)", "ProtoNet (cosine)", "MAML", "ANIL", "FEAT")
-_TARGETS = ("baseline", "easy", "hard", "curriculum", "uniform")
 _ESTIMATES = ("offline", "online")
 #: Options of the weighting callback that do not tell arms apart, so runs that differ in them share a row: the
 #: offline reference's path and the callback's seed (each seed of an arm may have its own), its name, its logging;
@@ -131,7 +131,7 @@ class Row:
         # the baseline first, then each estimate's targets in the paper's order, plain options before others;
         # unknown schemes last
         scheme = (self.target == "unknown", self.target != "baseline", _rank(self.estimate or "", _ESTIMATES))
-        return (_rank(self.algorithm, _ALGORITHMS), *scheme, _rank(self.target, _TARGETS), self.options)
+        return (_rank(self.algorithm, _ALGORITHMS), *scheme, _rank(self.target, available_targets()), self.options)
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from lightning_episodes.callbacks.difficulty_weighting import (
     ESTIMATES,
     DifficultyWeightingCallback,
     WeightingOptions,
+    WeightingState,
     WeightingStep,
 )
 from lightning_episodes.callbacks.nonfinite import NonFiniteError, NonFiniteGuard
@@ -25,6 +26,7 @@ __all__ = [
     "ResumableCheckpoint",
     "TestResultsWriter",
     "WeightingOptions",
+    "WeightingState",
     "WeightingStep",
     "default_callbacks",
 ]

@@ -1,7 +1,8 @@
 """The per-step work of :class:`~lightning_episodes.callbacks.DifficultyWeightingCallback` in ``mode="resample"``.
 
-Each training step draws ``k |B|`` candidate episodes of the step from the data module (the training stream's own
-pure function of seed, step and index: candidates ``0..|B|-1`` are the plain stream's batch), scores this rank's
+Each training step draws ``k |B|`` candidate episodes of the step from the data module
+(:meth:`~lightning_episodes.data.EpisodicDataModule.training_episodes`: the training stream's own pure function of
+seed, step and index; candidates ``0..|B|-1`` are the plain stream's batch), scores this rank's
 share in one forward pass without gradients (:func:`score_candidates`, which changes no state of the model),
 gathers the scores in pool order, and assembles this rank's share of the chosen episodes from their identities.
 :class:`ResampleStep` records it; :class:`SelectionFit` keeps the goodness of fit of the chosen difficulties.
@@ -17,7 +18,6 @@ from typing import Any, NamedTuple
 
 import pytorch_lightning as pl
 import torch
-from lightning_fabric.utilities.apply_func import move_data_to_device
 from scipy import stats
 from torch import Tensor, nn
 
@@ -107,15 +107,9 @@ def pool_order(gathered: Tensor, pool: int, world_size: int) -> Tensor:
 def assemble_episodes(
     datamodule: EpisodicDataModule, step: int, positions: Sequence[int], module: EpisodicModule
 ) -> Episode:
-    """Training episodes ``positions`` of ``step``, assembled as the training loader's batches are: gathered where
-    the data module gathers (the device with ``device_cache``, else the CPU), normalised on the model's device."""
-    identity = datamodule.training_identities(step, positions)
+    """Training episodes ``positions`` of ``step`` from the data module, on the model's device and in its dtype."""
     dtype = module.dtype if isinstance(module.dtype, torch.dtype) else torch.float32
-    if datamodule.device_cache:
-        return datamodule.assemble(move_data_to_device(identity, module.device), datamodule.augment, dtype)
-    assert datamodule.assembler is not None
-    gathered = move_data_to_device(datamodule.assembler.gather(identity), module.device)
-    return datamodule.assemble(gathered, datamodule.augment, dtype)
+    return datamodule.training_episodes(step, positions, module.device, dtype)
 
 
 @contextmanager

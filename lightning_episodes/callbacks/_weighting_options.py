@@ -23,8 +23,6 @@ from lightning_episodes.weighting import (
     OUT_OF_SUPPORT,
     PROPOSAL_OPTIONS,
     UPDATES,
-    BaselineTarget,
-    CurriculumTarget,
     Target,
     available_normalizers,
     available_proposals,
@@ -171,19 +169,20 @@ def check_trainer(trainer: pl.Trainer, options: WeightingOptions, target: Target
         trainer: the Trainer about to fit.
         options: the callback's options (the offline reference is checked against the data's ways; resampling
             draws its candidates from an ``EpisodicDataModule``).
-        target: the callback's target (a curriculum's progress is ``t / max_steps``).
+        target: the callback's target (one that needs the progress gets ``t / max_steps``).
 
     Raises:
-        ValueError: for a curriculum without ``trainer.max_steps``, ``accumulate_grad_batches > 1``, a reference
-            trained on other ways, or resampling without an ``EpisodicDataModule``.
+        ValueError: for a target that needs the progress (the curriculum) without ``trainer.max_steps``,
+            ``accumulate_grad_batches > 1``, a reference trained on other ways, or resampling without an
+            ``EpisodicDataModule``.
         FileNotFoundError: if ``reference_checkpoint`` does not exist.
     """
-    if isinstance(target, CurriculumTarget) and not trainer.max_steps > 0:
+    if target.needs_progress and not trainer.max_steps > 0:
         raise ValueError(
-            "DifficultyWeightingCallback(target='curriculum') needs trainer.max_steps > 0 (its progress "
-            f"is t / max_steps), got trainer.max_steps={trainer.max_steps}"
+            f"DifficultyWeightingCallback(target={options.target_name!r}) needs trainer.max_steps > 0 (the target "
+            f"needs the training progress t / max_steps), got trainer.max_steps={trainer.max_steps}"
         )
-    weighted = options.estimate == "online" and not isinstance(target, BaselineTarget)
+    weighted = options.estimate == "online" and not target.plain_sampling
     if weighted and 0 < trainer.max_steps <= options.warmup_steps:  # plain sampling under the weighted arm's name
         rank_zero_warn(
             f"DifficultyWeightingCallback: warmup_steps={options.warmup_steps} covers all of "

@@ -5,9 +5,9 @@ Difficulty weighting
 Importance weighting over episode difficulty ("Uniform Sampling over Episode Difficulty", Arnold et al.,
 NeurIPS 2021) as a Lightning callback that plugs into :class:`~lightning_episodes.EpisodicModule`. It composes
 a proposal model, a target, a normaliser and diagnostics from :mod:`lightning_episodes.weighting`; the method
-and every option are described in ``docs/method.md``. The step's weights and its host read are in
-``_weighting_step``, the counters and warnings in ``_weighting_book``, the options in ``_weighting_options``, the
-logged values in ``_weighting_logs``; ``mode="resample"``'s choice of episodes in ``_resample_step``.
+and every option are described in ``docs/method.md``. Four files: the hooks here; the options and the Trainer's
+checks in ``_weighting_options``; the step's record, its weights, host read and logged values, and the checkpointed
+:class:`WeightingState` in ``_weighting_state``; ``mode="resample"``'s choice of episodes in ``_resample_step``.
 """
 
 from __future__ import annotations
@@ -18,20 +18,23 @@ from typing import Any, Literal
 import pytorch_lightning as pl
 import torch
 from pytorch_lightning.callbacks import Callback
+from pytorch_lightning.loggers import TensorBoardLogger
 from torch import Tensor
 from typing_extensions import override
 
-from lightning_episodes.algorithms.base import EpisodicModule, WeightingStrategy
-from lightning_episodes.callbacks import _weighting_logs as logs
+from lightning_episodes.algorithms.base import EpisodicModule, WeightingStrategy, logger_writes
 from lightning_episodes.callbacks import reference as ref
 from lightning_episodes.callbacks._resample_step import Resampler, ResampleStep, SelectionFit, resample_metrics
-from lightning_episodes.callbacks._weighting_book import BookCounter, WeightingBook
-from lightning_episodes.callbacks._weighting_logs import WeightingStep, logger_writes
 from lightning_episodes.callbacks._weighting_options import ESTIMATES, WeightingOptions, check_trainer
-from lightning_episodes.callbacks._weighting_step import global_weights, read_record
+from lightning_episodes.callbacks._weighting_state import (
+    WeightingState,
+    WeightingStep,
+    global_weights,
+    read_record,
+    step_metrics,
+)
 from lightning_episodes.data.episode import Episode
 from lightning_episodes.weighting import (
-    CurriculumTarget,
     EpisodeWeights,
     Target,
     WeightingDiagnostics,
@@ -41,7 +44,7 @@ from lightning_episodes.weighting import (
     make_proposal,
 )
 
-__all__ = ["ESTIMATES", "DifficultyWeightingCallback", "WeightingOptions", "WeightingStep"]
+__all__ = ["ESTIMATES", "DifficultyWeightingCallback", "WeightingOptions", "WeightingState", "WeightingStep"]
 
 
 class DifficultyWeightingCallback(Callback):
@@ -71,14 +74,16 @@ class DifficultyWeightingCallback(Callback):
     weights identically, so the gradient equals one process's on the same batch. Where the loggers write it logs
     ``weighting/*`` (the proposal's ``mu``/``sigma``, ``S``, the ESS and its ratios, the weights' range, the
     counters, ``pareto_k``, the difficulties' skewness and normality, ``mu_t``, ``grad_norm``: see
-    :func:`~lightning_episodes.callbacks._weighting_logs.step_metrics` and ``docs/method.md``). At the end of the
+    :func:`~lightning_episodes.callbacks._weighting_state.step_metrics` and ``docs/method.md``). At the end of the
     warm-up (then every ``warmup_steps`` steps, when the verdict changes) it warns if another proposal fits the
     recent difficulties better (held-out log-likelihood), unless the target is plain sampling (weights 1 whatever
-    ``q``). :attr:`last_step` holds every step's weights.
+    ``q``). :attr:`last_step` holds every step's weights; :attr:`state` (a :class:`WeightingState`) everything that
+    is checkpointed.
 
     Args:
-        target: ``"baseline"``, ``"uniform"``, ``"easy"``, ``"hard"``, ``"curriculum"``, a name registered with
-            :func:`~lightning_episodes.weighting.register_target`, or a :class:`~lightning_episodes.weighting.Target`.
+        target: a name of :func:`~lightning_episodes.weighting.available_targets` (built in: ``"baseline"``,
+            ``"easy"``, ``"hard"``, ``"curriculum"``, ``"uniform"``; or one registered with
+            :func:`~lightning_episodes.weighting.register_target`), or a :class:`~lightning_episodes.weighting.Target`.
         decay: ``lambda`` in ``[0, 1)``, the weight of the old value in the online moving average.
         warmup_steps: optimizer steps of plain sampling before online weighting starts (>= 2; ``setup`` warns when
             it is not below ``trainer.max_steps``, a run that would never weight).
@@ -112,7 +117,8 @@ class DifficultyWeightingCallback(Callback):
             episode may be trained twice in a step) or without (distinct episodes; where ``p / q`` exceeds ``k``
             times its mean, e.g. the far tails of ``uniform`` at ``k = 4``, they are chosen less than ``p`` says).
 
-    Every option is kept once, in :attr:`options` (a frozen :class:`WeightingOptions`, validated at construction).
+    Every option is kept once, in :attr:`options` (a frozen :class:`WeightingOptions`, validated at construction),
+    and everything is built from it.
 
     Raises:
         ValueError: at construction, for an argument out of range or unknown (``proposal="online"/"offline"`` of
@@ -156,21 +162,27 @@ class DifficultyWeightingCallback(Callback):
         pool: int = 4,
         replacement: bool = True,
     ) -> None:
-        arguments = {key: value for key, value in locals().items() if key not in ("self", "__class__")}
         #: every option, validated and frozen (also a mapping of them as plain values, for the results record)
-        self.options = options = WeightingOptions(**arguments)
-        self.target = get_target(options.target)
-        self.proposal_model = make_proposal(options.proposal, **options.proposal_options())
-        self.normalizer = make_normalizer(options.normalization, **options.normalizer_options())
-        self.diagnostics = WeightingDiagnostics(window)
-        #: the checkpointed state (``proposal_model``, ``normalizer``, ``diagnostics`` and the counters)
-        self.book = WeightingBook(
-            self.proposal_model, self.normalizer, self.diagnostics, proposal, warmup_steps,
-            check_fit=not self.target.plain_sampling,
+        self.options = options = WeightingOptions(
+            target=target, decay=decay, warmup_steps=warmup_steps, support_sigmas=support_sigmas,
+            out_of_support=out_of_support, normalization=normalization, update=update, estimate=estimate,
+            proposal=proposal, window=window, running_decay=running_decay, shuffle_weights=shuffle_weights,
+            seed=seed, log_grad_norm=log_grad_norm,
+            reference_checkpoint=None if reference_checkpoint is None else str(reference_checkpoint),
+            offline_episodes=offline_episodes, histogram_every_n_steps=histogram_every_n_steps, name=name, mode=mode,
+            pool=pool, replacement=replacement,
         )  # fmt: skip
-        self.resampler = Resampler(pool, replacement, shuffle_weights, seed, out_of_support)
-        #: ``mode="resample"``: the goodness of fit of the chosen difficulties (checkpointed)
-        self.selection_fit = SelectionFit(window)
+        self.target = get_target(options.target)
+        #: the checkpointed state: ``q``, the normaliser, the diagnostics, the counters (see :class:`WeightingState`)
+        self.state = WeightingState(
+            proposal=make_proposal(options.proposal, **options.proposal_options()),
+            normalizer=make_normalizer(options.normalization, **options.normalizer_options()),
+            diagnostics=WeightingDiagnostics(options.window),
+            selection_fit=SelectionFit(options.window) if options.mode == "resample" else None,
+        )
+        self.resampler = Resampler(
+            options.pool, options.replacement, options.shuffle_weights, options.seed, options.out_of_support
+        )
         self.reference: EpisodicModule | None = None
         #: the record of the step in progress, from its weights (on the device) to ``on_train_batch_end``
         self.current_step: WeightingStep | None = None
@@ -189,21 +201,17 @@ class DifficultyWeightingCallback(Callback):
     @property
     def ready(self) -> bool:
         """Whether weights come from ``q`` (offline: once scored; online: after the warm-up)."""
-        return self.proposal_model.ready
+        return self.state.proposal.ready
 
     @property
     def mu(self) -> float:
         """The proposal's current location (normal: the mean difficulty)."""
-        return self.proposal_model.location
+        return self.state.proposal.location
 
     @property
     def sigma(self) -> float:
         """The proposal's current scale (normal: the standard deviation of difficulty, floored)."""
-        return self.proposal_model.scale
-
-    #: steps whose weights summed to 0 (a zero gradient); episodes whose loss was not finite (weight 0); offline,
-    #: the episodes the reference scored to fix ``q`` (0 before ``on_fit_start``): all three kept in :attr:`book`
-    skipped_steps, nonfinite_episodes, offline_scored = BookCounter(), BookCounter(), BookCounter()
+        return self.state.proposal.scale
 
     # -- set-up -------------------------------------------------------------------------------------------------
     @override
@@ -232,13 +240,13 @@ class DifficultyWeightingCallback(Callback):
         self.reference = ref.load_reference(
             self.options.reference_checkpoint, pl_module.device, ref.module_dtype(pl_module)
         )
-        if self.offline_scored == 0:  # else restored from the checkpoint: the same estimates, without scoring again
-            values = ref.fit_offline(
-                trainer, pl_module, self.reference, self.proposal_model, self.options.offline_episodes
-            )
-            self.offline_scored = values.numel()
-            self.diagnostics.observe(values, None)
-            self.book.check_fit()
+        state = self.state
+        if state.offline_scored == 0:  # else restored from the checkpoint: the same estimates, without scoring again
+            values = ref.fit_offline(trainer, pl_module, self.reference, state.proposal, self.options.offline_episodes)
+            state.offline_scored = values.numel()
+            state.diagnostics.observe(values, None)
+            if not self.target.plain_sampling:
+                state.check_fit(self.options.proposal)
 
     # -- the weighting strategy (called from EpisodicModule.training_step) ---------------------------------------
     def episode_weights(self, module: EpisodicModule, batch: Episode, difficulties: Tensor) -> EpisodeWeights:
@@ -264,9 +272,9 @@ class DifficultyWeightingCallback(Callback):
         local = difficulties.detach()
         # (W, B_local) under DDP, unchanged in one process; rank order is global batch order
         everything = trainer.strategy.all_gather(local).reshape(-1)
-        q, seed = self.proposal_model, self.options.seed if self.options.shuffle_weights else None
+        q, seed = self.state.proposal, self.options.seed if self.options.shuffle_weights else None
         raw, result = global_weights(
-            everything, q, self.target, self.normalizer, self.options.out_of_support, progress, seed, global_step
+            everything, q, self.target, self.state.normalizer, self.options.out_of_support, progress, seed, global_step
         )
         self.current_step = WeightingStep(
             global_step, progress, q.location, q.scale, everything, result.weights, not q.ready, raw, q.support()
@@ -279,12 +287,14 @@ class DifficultyWeightingCallback(Callback):
         ``|B|`` candidates chosen by weight from the step's pool (called by ``EpisodicModule.training_step``)."""
         if self.options.mode != "resample":
             return batch
-        scorer = module if self.options.estimate == "online" else self._reference()
-        learn = self.book.learn if self.options.estimate == "online" else None
-        q, progress = self.proposal_model, self._progress(module.trainer)
+        online = self.options.estimate == "online"
+        scorer = module if online else self._reference()
+        q, progress = self.state.proposal, self._progress(module.trainer)
+        learn = self._learn if online else None
         chosen, record = self.resampler.choose(module, scorer, q, self.target, progress, learn)
         self.last_selection = record
-        self.selection_fit.observe(record, q, self.target, progress)
+        assert self.state.selection_fit is not None  # mode="resample" keeps one
+        self.state.selection_fit.observe(record, q, self.target, progress)
         weights = torch.ones(len(record.selected), dtype=torch.float64)
         raw = weights if record.raw_weights is None else record.raw_weights[record.selected]
         difficulties = record.difficulties[record.selected]
@@ -294,8 +304,13 @@ class DifficultyWeightingCallback(Callback):
         )
         return chosen
 
+    def _learn(self, difficulties: Tensor) -> None:
+        # online: q absorbs the step's difficulties; the fit is checked every warmup_steps (not for plain sampling)
+        checked = None if self.target.plain_sampling else self.options.proposal
+        self.state.learn(difficulties, self.options.warmup_steps, checked)
+
     def _progress(self, trainer: pl.Trainer) -> float | None:
-        # every target may use the progress t / T (the curriculum needs it; setup checked max_steps for it)
+        # every target may use the progress t / T (setup checked max_steps for a target that needs it)
         max_steps = trainer.max_steps  # a property that walks Lightning's loops
         return curriculum_progress(trainer.global_step, max_steps) if max_steps > 0 else None
 
@@ -314,37 +329,51 @@ class DifficultyWeightingCallback(Callback):
             return  # the module did not ask for weights at this step
         weighted, selection = outputs["weighted"], self.last_selection
         step, skipped, nonfinite = read_record(current, weighted)  # the step's one read from the device
-        self.last_step = step
+        self.last_step, state = step, self.state
         skipped += int(selection is not None and selection.fallback)
-        self.book.count(step.step, skipped, nonfinite, weighted=not step.warmup)
+        state.count(step.step, skipped, nonfinite, weighted=not step.warmup)
         if selection is None:
-            self.book.observe(step)
+            state.observe(step)
         else:  # the pool is the plain sample: the diagnostics see its difficulties and weights
-            self.diagnostics.observe(selection.difficulties, selection.raw_weights)
+            state.diagnostics.observe(selection.difficulties, selection.raw_weights)
         if logger_writes(trainer):  # self.log costs ~1-3 ms a value: only where a logger will write it
-            estimated = not (step.warmup and self.proposal_model.steps < 1)
-            values = logs.step_metrics(step, weighted, isinstance(self.target, CurriculumTarget), estimated)
-            values.update(skipped_steps=float(self.skipped_steps), nonfinite_episodes=float(self.nonfinite_episodes))
-            values.update(self.diagnostics.summary(log_difficulty=self.proposal_model.log_difficulty))
-            if selection is not None:
-                values.update(resample_metrics(selection), **self.selection_fit.summary())
-            logs.log_values(pl_module, values, len(step.weights))
-        logs.log_histograms(trainer, step, self.options.histogram_every_n_steps)
+            estimated = not (step.warmup and state.proposal.steps < 1)
+            values = step_metrics(step, weighted, self.target.needs_progress, estimated)
+            values.update(skipped_steps=float(state.skipped_steps), nonfinite_episodes=float(state.nonfinite_episodes))
+            values.update(state.diagnostics.summary(log_difficulty=state.proposal.log_difficulty))
+            if selection is not None and state.selection_fit is not None:
+                values.update(resample_metrics(selection), **state.selection_fit.summary())
+            for key, value in values.items():  # identical on every rank already: no sync
+                pl_module.log(f"weighting/{key}", value, on_step=True, on_epoch=False, sync_dist=False,
+                              batch_size=len(step.weights))  # fmt: skip
+        if self.options.histogram_every_n_steps and step.step % self.options.histogram_every_n_steps == 0:
+            _log_histograms(trainer, step)
         if self.options.estimate == "online" and selection is None:  # resampling: q learnt the pool before choosing
-            self.book.learn(step.difficulties)
+            self._learn(step.difficulties)
 
     @override
     def on_before_optimizer_step(self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: Any) -> None:
         if self.options.log_grad_norm and logger_writes(trainer):
-            logs.log_grad_norm(pl_module)
+            # the total 2-norm of the gradients (in float64), before the optimizer step
+            norms = [p.grad.detach().double().norm() for p in pl_module.parameters() if p.grad is not None]
+            total = torch.stack(norms).norm() if norms else torch.zeros((), dtype=torch.float64)
+            pl_module.log("weighting/grad_norm", total.float(), on_step=True, on_epoch=False, sync_dist=False)
 
-    # -- checkpointed state ---------------------------------------------------------------------------------------
+    # -- checkpointed state: the fields of self.state ---------------------------------------------------------------
     @override
     def state_dict(self) -> dict[str, Any]:
-        state = self.book.state_dict(self.options.reference_checkpoint)
-        return state | {"selection_fit": self.selection_fit.state_dict()} if self.options.mode == "resample" else state
+        return self.state.state_dict(self.options.reference_checkpoint)
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.book.load_state_dict(state_dict, self.options.estimate == "online", self.options.reference_checkpoint)
-        self.selection_fit.load_state_dict(state_dict.get("selection_fit", {}))
+        self.state.load_state_dict(state_dict, self.options.estimate == "online", self.options.reference_checkpoint)
+
+
+def _log_histograms(trainer: pl.Trainer, step: WeightingStep) -> None:
+    """The global batch's difficulties and weights as TensorBoard histograms (other loggers have none)."""
+    if not trainer.is_global_zero:
+        return
+    for logger in trainer.loggers:
+        if isinstance(logger, TensorBoardLogger):
+            logger.experiment.add_histogram("weighting/difficulties", step.difficulties, step.step)
+            logger.experiment.add_histogram("weighting/weights", step.weights, step.step)

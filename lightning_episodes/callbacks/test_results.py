@@ -49,7 +49,7 @@ def weighted_steps(trainer: pl.Trainer) -> int | None:
     if callback is None:
         return None
     if not trainer.ckpt_path:
-        return callback.book.weighted_steps
+        return callback.state.weighted_steps
     state = (read_checkpoint(trainer.ckpt_path).get("callbacks") or {}).get(callback.state_key)
     counted = state.get("weighted_steps") if isinstance(state, dict) else None
     return None if counted is None else int(counted)

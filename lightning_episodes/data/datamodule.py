@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 import pytorch_lightning as pl
 import torch
+from lightning_fabric.utilities.apply_func import move_data_to_device
 from torch.utils.data import DataLoader
 from typing_extensions import override
 
@@ -248,6 +249,25 @@ class EpisodicDataModule(pl.LightningDataModule):
         return self.samplers["train"].sample(
             self.train_seed, "train", step, episodes, first_id=step * self.episodes_per_batch
         )
+
+    def training_episodes(
+        self, step: int, episodes: Sequence[int], device: torch.device, dtype: torch.dtype = torch.float32
+    ) -> Episode:
+        """Training episodes at positions ``episodes`` of global step ``step``, assembled as the training loader's
+        batches are: gathered where the loader gathers (on ``device`` with ``device_cache``, else on the CPU),
+        then normalised (and augmented, with ``augment``) on ``device`` in ``dtype``.
+
+        Positions past ``episodes_per_batch`` are more episodes of the same step (:meth:`training_identities`):
+        ``mode="resample"`` of the weighting callback draws its candidates here.
+
+        Raises:
+            RuntimeError: before :meth:`setup`.
+        """
+        if self.assembler is None:
+            raise RuntimeError("call setup() before assembling episodes")
+        identity = self.training_identities(step, episodes)
+        batch = identity if self.device_cache else self.assembler.gather(identity)
+        return self.assemble(move_data_to_device(batch, device), self.augment, dtype)
 
     def evaluation_episodes(self, stream: Literal["validation", "test"], count: int) -> EvaluationEpisodes:
         """The fixed ``stream`` set of ``count`` episodes, sliced for this rank."""

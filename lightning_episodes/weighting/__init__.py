@@ -24,9 +24,9 @@ from lightning_episodes.weighting.diagnostics import (
 from lightning_episodes.weighting.empirical import EmpiricalProposal, kde_bandwidth, kde_log_density, kde_quantiles
 from lightning_episodes.weighting.estimator import UPDATES, DifficultyEstimator, difficulty_statistics
 from lightning_episodes.weighting.loss import (
-    LOSS_NORMALIZATIONS,
+    LOSS_DIVISORS,
     EpisodeWeights,
-    LossNormalization,
+    LossDivisor,
     WeightedLoss,
     effective_sample_size,
     ess_weighted_loss,
@@ -89,7 +89,7 @@ from lightning_episodes.weighting.weights import (
 
 __all__ = [
     "DEFAULT_SUPPORT_SIGMAS",
-    "LOSS_NORMALIZATIONS",
+    "LOSS_DIVISORS",
     "MISFIT_MARGIN",
     "NORMALIZER_OPTIONS",
     "OUT_OF_SUPPORT",
@@ -105,7 +105,7 @@ __all__ = [
     "EpisodeWeights",
     "HardTarget",
     "LogNormalProposal",
-    "LossNormalization",
+    "LossDivisor",
     "MomentProposal",
     "NormalProposal",
     "Normalizer",

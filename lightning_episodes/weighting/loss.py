@@ -1,11 +1,11 @@
 """Effective sample size and the ESS-normalised weighted loss (Arnold et al., NeurIPS 2021, Eq. 3).
 
-Algorithm 1 of the paper trains on ``sum_j w_j L_j / ESS`` with ``ESS = (sum_j w_j)^2 / sum_j w_j^2``;
-``normalization="self"`` gives the self-normalised estimate ``sum_j w_j L_j / sum_j w_j`` instead, and
-``"fixed"`` divides by a given ``denominator`` (a running average of ``sum w``, see
-:mod:`~lightning_episodes.weighting.normalizers`). All reduce to the plain mean of the losses when every weight
-is 1 (for ``"fixed"``: with ``denominator = |B|``). :class:`EpisodeWeights` carries a step's weights and how to
-normalise them from the weighting strategy to the module.
+Algorithm 1 of the paper trains on ``sum_j w_j L_j / ESS`` with ``ESS = (sum_j w_j)^2 / sum_j w_j^2``
+(``divisor="ess"``); ``divisor="sum_weights"`` gives the self-normalised estimate ``sum_j w_j L_j / sum_j w_j``
+instead, and ``"denominator"`` divides by a given ``denominator`` (a running average of ``sum w``, see
+:mod:`~lightning_episodes.weighting.normalizers`, whose ``normalization`` names choose among these). All reduce to
+the plain mean of the losses when every weight is 1 (for ``"denominator"``: with ``denominator = |B|``).
+:class:`EpisodeWeights` carries a step's weights and their divisor from the weighting strategy to the module.
 
 Under data parallelism each of ``W`` processes holds a slice of the global batch. The statistics
 (``sum w``, ``sum w^2``, counts) are summed over processes and each process returns
@@ -23,38 +23,38 @@ import torch
 from torch import Tensor
 
 __all__ = [
-    "LOSS_NORMALIZATIONS",
+    "LOSS_DIVISORS",
     "EpisodeWeights",
-    "LossNormalization",
+    "LossDivisor",
     "WeightedLoss",
     "effective_sample_size",
     "ess_weighted_loss",
     "weighted_loss",
 ]
 
-#: How :func:`weighted_loss` divides ``sum w L``: by the ESS, by ``sum w``, or by a given denominator.
-LossNormalization = Literal["ess", "self", "fixed"]
+#: What :func:`weighted_loss` divides ``sum w L`` by: the ESS, ``sum w``, or a given denominator.
+LossDivisor = Literal["ess", "sum_weights", "denominator"]
 
-#: Accepted values of ``normalization`` in :func:`weighted_loss`.
-LOSS_NORMALIZATIONS: Final[tuple[str, ...]] = ("ess", "self", "fixed")
+#: Accepted values of ``divisor`` in :func:`weighted_loss`.
+LOSS_DIVISORS: Final[tuple[str, ...]] = ("ess", "sum_weights", "denominator")
 
 
 class EpisodeWeights(NamedTuple):
-    """A step's importance weights for this process's episodes and how the loss normalises them.
+    """A step's importance weights for this process's episodes and what the loss divides by.
 
     What a weighting strategy returns to :meth:`EpisodicModule.training_step`, which passes it on to
     :func:`weighted_loss`.
 
     Attributes:
         weights: ``[B_local]`` detached, finite, non-negative weights of this process's episodes.
-        normalization: ``"ess"`` (``sum w L / ESS``), ``"self"`` (``sum w L / sum w``) or ``"fixed"``
+        divisor: ``"ess"`` (``sum w L / ESS``), ``"sum_weights"`` (``sum w L / sum w``) or ``"denominator"``
             (``sum w L / denominator``), each over the global batch.
-        denominator: the global denominator for ``"fixed"`` (> 0; a 0-d tensor keeps it on the device);
+        denominator: the global denominator for ``"denominator"`` (> 0; a 0-d tensor keeps it on the device);
             ``None`` otherwise.
     """
 
     weights: Tensor
-    normalization: LossNormalization = "ess"
+    divisor: LossDivisor = "ess"
     denominator: float | Tensor | None = None
 
 
@@ -125,12 +125,12 @@ class WeightedLoss(NamedTuple):
 
 
 def _check_inputs(
-    losses: Tensor, weights: Tensor, normalization: str, world_size: int, denominator: float | Tensor | None
+    losses: Tensor, weights: Tensor, divisor: str, world_size: int, denominator: float | Tensor | None
 ) -> None:
-    if normalization not in LOSS_NORMALIZATIONS:
-        raise ValueError(f"normalization must be one of {list(LOSS_NORMALIZATIONS)}, got {normalization!r}")
-    if (normalization == "fixed") != (denominator is not None):
-        raise ValueError(f"denominator must be given exactly for normalization='fixed', got {denominator!r}")
+    if divisor not in LOSS_DIVISORS:
+        raise ValueError(f"divisor must be one of {list(LOSS_DIVISORS)}, got {divisor!r}")
+    if (divisor == "denominator") != (denominator is not None):
+        raise ValueError(f"denominator must be given exactly for divisor='denominator', got {denominator!r}")
     if isinstance(denominator, float | int) and not (math.isfinite(denominator) and denominator > 0):
         raise ValueError(f"denominator must be a finite number > 0, got {denominator!r}")
     if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
@@ -142,15 +142,15 @@ def _check_inputs(
 def weighted_loss(
     losses: Tensor,
     weights: Tensor,
-    normalization: str = "ess",
+    divisor: str = "ess",
     reduce: Callable[[Tensor], Tensor] | None = None,
     world_size: int = 1,
     denominator: float | Tensor | None = None,
 ) -> WeightedLoss:
     """The weighted loss of a (slice of a) batch of episodes, with its statistics (Algorithm 1, Eq. 3).
 
-    With ``normalization="ess"`` the loss is ``W sum_local w L / ESS_global``; with ``"self"`` it is
-    ``W sum_local w L / sum_global w``; with ``"fixed"`` it is ``W sum_local w L / denominator``. Weights are
+    With ``divisor="ess"`` the loss is ``W sum_local w L / ESS_global``; with ``"sum_weights"`` it is
+    ``W sum_local w L / sum_global w``; with ``"denominator"`` it is ``W sum_local w L / denominator``. Weights are
     detached (no gradient flows through them).
     Episodes whose loss is not finite get weight 0 and their loss is masked to 0 before the product.
     When the global ``sum w`` is 0 the loss is ``0 * sum L`` (graph connected, zero gradient) and the
@@ -160,19 +160,19 @@ def weighted_loss(
         losses: per-episode losses of this process, shape ``[B_local]`` (any shape matching
             ``weights``).
         weights: importance weights of the same shape (finite, >= 0; others count as 0).
-        normalization: ``"ess"`` (default, the paper's), ``"self"`` or ``"fixed"``.
+        divisor: ``"ess"`` (default, the paper's), ``"sum_weights"`` or ``"denominator"``.
         reduce: sums a float64 tensor over processes (e.g.
             ``lambda t: trainer.strategy.reduce(t, reduce_op="sum")``); called exactly once, on
             every process. ``None``: a single process.
         world_size: ``W``, the number of processes that share the global batch.
-        denominator: for ``"fixed"`` only: the global denominator (> 0), the same on every process; a 0-d
+        denominator: for ``"denominator"`` only: the global denominator (> 0), the same on every process; a 0-d
             tensor is used without a device sync (a non-positive one makes the step skipped).
 
     Returns:
         A :class:`WeightedLoss`, computed without a host synchronisation.
 
     Raises:
-        ValueError: if ``normalization`` is unknown, ``world_size`` is not an integer >= 1, the shapes differ,
+        ValueError: if ``divisor`` is unknown, ``world_size`` is not an integer >= 1, the shapes differ,
             or ``denominator`` is missing, superfluous or not a finite number > 0.
 
     Example::
@@ -181,7 +181,7 @@ def weighted_loss(
         >>> round(out.ess.item(), 4), round(out.loss.item(), 4)  # ESS = 16 / 6; loss = 9 / ESS
         (2.6667, 3.375)
     """
-    _check_inputs(losses, weights, normalization, world_size, denominator)
+    _check_inputs(losses, weights, divisor, world_size, denominator)
     # (few, small ops: a step's handful of episodes costs the dispatch of each op, not its arithmetic)
     dtype = stat_dtype(losses.device)
     finite = torch.isfinite(losses.detach())
@@ -199,7 +199,7 @@ def weighted_loss(
     # s1, s2 finite and > 0 it is > 0 or +inf, never NaN, and finite after the clamp: only its sign is checked.
     ess = torch.where(ok, s1 * (s1 / torch.where(ok, s2, 1.0)), 0.0).clamp(max=size)
     ok = ok & (ess > 0)
-    if normalization == "fixed":
+    if divisor == "denominator":
         assert denominator is not None  # checked above
         if isinstance(denominator, Tensor):
             divide_by = denominator.to(device=losses.device, dtype=dtype)
@@ -208,7 +208,7 @@ def weighted_loss(
         ok = ok & torch.isfinite(divide_by) & (divide_by > 0)  # a tensor is checked here, without a sync
         divide_by = torch.where(ok, divide_by, 1.0)
     else:
-        divide_by = torch.where(ok, ess if normalization == "ess" else s1, 1.0)
+        divide_by = torch.where(ok, ess if divisor == "ess" else s1, 1.0)
     weighted = (w * masked).sum() * (world_size / divide_by)
     loss = torch.where(ok, weighted, 0.0 * masked.sum())
     return WeightedLoss(
@@ -223,7 +223,7 @@ def weighted_loss(
     )
 
 
-def ess_weighted_loss(losses: Tensor, weights: Tensor, normalization: str = "ess") -> Tensor:
+def ess_weighted_loss(losses: Tensor, weights: Tensor, divisor: str = "ess") -> Tensor:
     """``sum w L / ESS`` (or ``sum w L / sum w``) of one process's batch, without device sync.
 
     The single-process case of :func:`weighted_loss`; see there for the degenerate cases.
@@ -231,20 +231,20 @@ def ess_weighted_loss(losses: Tensor, weights: Tensor, normalization: str = "ess
     Args:
         losses: per-episode losses, shape ``[B]``.
         weights: importance weights of the same shape (detached inside).
-        normalization: ``"ess"`` (default, Eq. 3) or ``"self"``.
+        divisor: ``"ess"`` (default, Eq. 3) or ``"sum_weights"``.
 
     Returns:
         The scalar loss, in the dtype of ``losses``.
 
     Raises:
-        ValueError: if ``normalization`` is unknown or the shapes differ.
+        ValueError: if ``divisor`` is unknown or the shapes differ.
 
     Example::
 
         >>> losses = torch.tensor([1.0, 2.0, 3.0, 6.0])
         >>> ess_weighted_loss(losses, torch.ones(4)).item()  # w = 1: the plain mean
         3.0
-        >>> ess_weighted_loss(losses, torch.tensor([1.0, 1.0, 2.0, 0.0]), normalization="self").item()
+        >>> ess_weighted_loss(losses, torch.tensor([1.0, 1.0, 2.0, 0.0]), divisor="sum_weights").item()
         2.25
     """
-    return weighted_loss(losses, weights, normalization).loss
+    return weighted_loss(losses, weights, divisor).loss

@@ -133,8 +133,9 @@ class Normalizer(ABC):
         return f"{type(self).__name__}()"
 
 
+#: the built-in normalisers: the paper's first
 NORMALIZER_REGISTRY: Final[Registry[type[Normalizer]]] = Registry(
-    "normalization", subclass_of("normalization", Normalizer)
+    "normalization", subclass_of("normalization", Normalizer), ("ess", "self", "truncated", "psis", "running")
 )
 
 
@@ -149,14 +150,14 @@ class SelfNormalizer(Normalizer):
     """``self``: ``sum w L / sum w``, self-normalised importance sampling; no state."""
 
     def normalize(self, weights: Tensor) -> EpisodeWeights:
-        return EpisodeWeights(weights, "self")
+        return EpisodeWeights(weights, "sum_weights")
 
 
 class TruncatedNormalizer(Normalizer):
     """``truncated``: :func:`truncate_weights` over the global batch, then ``sum w L / sum w``."""
 
     def normalize(self, weights: Tensor) -> EpisodeWeights:
-        return EpisodeWeights(truncate_weights(weights), "self")
+        return EpisodeWeights(truncate_weights(weights), "sum_weights")
 
 
 class ParetoSmoothedNormalizer(Normalizer):
@@ -177,7 +178,7 @@ class ParetoSmoothedNormalizer(Normalizer):
         current = weights.detach().to("cpu", torch.float64).flatten()
         reference = torch.cat([self.recent, current])[-self.window :]
         smoothed, self.last_k = pareto_smooth(weights, reference)
-        return EpisodeWeights(smoothed, "self")
+        return EpisodeWeights(smoothed, "sum_weights")
 
     def update(self, weights: Tensor, warmup: bool = False) -> None:
         if warmup:  # the warm-up's weights are all 1: no tail to learn from
@@ -219,7 +220,7 @@ class RunningNormalizer(Normalizer):
 
     def normalize(self, weights: Tensor) -> EpisodeWeights:
         dtype = stat_dtype(weights.device)
-        return EpisodeWeights(weights, "fixed", self._next(weights.detach().to(dtype).sum()))
+        return EpisodeWeights(weights, "denominator", self._next(weights.detach().to(dtype).sum()))
 
     def update(self, weights: Tensor, warmup: bool = False) -> None:
         self.average = float(self._next(weights.to("cpu", torch.float64).sum()))
@@ -256,7 +257,8 @@ def register_normalizer(
 
 
 def available_normalizers() -> tuple[str, ...]:
-    """The names :func:`make_normalizer` accepts: built-in normalisers first, then registered ones."""
+    """The names :func:`make_normalizer` accepts: the built-in ``ess``, ``self``, ``truncated``, ``psis``,
+    ``running``, then registered ones in registration order."""
     return NORMALIZER_REGISTRY.names()
 
 

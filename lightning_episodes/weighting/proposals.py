@@ -166,7 +166,10 @@ class Proposal(ABC):
         )
 
 
-PROPOSAL_REGISTRY: Final[Registry[type[Proposal]]] = Registry("proposal", subclass_of("proposal", Proposal))
+#: the built-in proposals: the paper's first, then the skew-aware ones (``empirical`` registers from its own module)
+PROPOSAL_REGISTRY: Final[Registry[type[Proposal]]] = Registry(
+    "proposal", subclass_of("proposal", Proposal), ("normal", "lognormal", "empirical")
+)
 
 
 class MomentProposal(Proposal):
@@ -299,15 +302,17 @@ def register_proposal(
     name: str, proposal: _ProposalClass | None = None, *, overwrite: bool = False
 ) -> _ProposalClass | Callable[[_ProposalClass], _ProposalClass]:
     """Registers a :class:`Proposal` subclass under ``name`` (configs then write ``proposal: <name>``): as a call,
-    or as a class decorator when ``proposal`` is omitted. Built-in names cannot be replaced, a custom one only with
-    ``overwrite``; anything but a :class:`Proposal` subclass is a ``TypeError``. The weighting callback builds it
-    with :meth:`Proposal.from_options`, and the misfit warning scores it with :meth:`Proposal.heldout_log_likelihood`.
+    or as a class decorator when ``proposal`` is omitted. Built-in names cannot be replaced (they never contain a
+    dot: a dotted name such as ``"mylab.laplace"`` is safe from later ones), a custom one only with ``overwrite``;
+    anything but a :class:`Proposal` subclass is a ``TypeError``. The weighting callback builds it with
+    :meth:`Proposal.from_options`, and the misfit warning scores it with :meth:`Proposal.heldout_log_likelihood`.
     """
     return PROPOSAL_REGISTRY.register_or_decorate(name, proposal, overwrite)
 
 
 def available_proposals() -> tuple[str, ...]:
-    """The names :func:`make_proposal` accepts: built-in proposals first, then registered ones."""
+    """The names :func:`make_proposal` accepts: the built-in ``normal``, ``lognormal``, ``empirical``, then registered
+    ones in registration order."""
     return PROPOSAL_REGISTRY.names()
 
 

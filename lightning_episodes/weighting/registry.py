@@ -2,7 +2,9 @@
 
 :func:`~lightning_episodes.weighting.register_target`, :func:`~lightning_episodes.weighting.register_proposal` and
 :func:`~lightning_episodes.weighting.register_normalizer` are built on :class:`Registry`: built-in names come first
-and cannot be replaced, registered ones follow in registration order.
+in the order the registry declares (:attr:`Registry.order`, not the order in which modules happen to be imported)
+and cannot be replaced; registered ones follow in registration order. Built-in names never contain a dot, so a
+dotted name (``"mylab.triangular"``) is one the library will never take.
 """
 
 from __future__ import annotations
@@ -42,17 +44,20 @@ class Registry(Generic[V]):
     Args:
         kind: the option that names an entry (``"proposal"``, ``"normalization"``), used in error messages.
         convert: turns what is registered into the stored entry, raising ``TypeError`` for what it does not accept.
+        order: the built-in names, in the order :meth:`names` lists them (the documented order).
     """
 
-    def __init__(self, kind: str, convert: Callable[[Any], V]) -> None:
-        self.kind, self.convert = kind, convert
+    def __init__(self, kind: str, convert: Callable[[Any], V], order: tuple[str, ...]) -> None:
+        if any("." in name for name in order):
+            raise ValueError(f"built-in {kind} names contain no dot (dotted names are the users'), got {order}")
+        self.kind, self.convert, self.order = kind, convert, order
         self._entries: dict[str, V] = {}
-        self._builtin: set[str] = set()
 
     def builtin(self, name: str, value: V) -> V:
-        """Registers a built-in entry (which users cannot replace)."""
+        """Registers the built-in entry ``name``, one of :attr:`order` (users cannot replace it)."""
+        if name not in self.order:
+            raise ValueError(f"{name!r} is not among the built-in {self.kind} names {list(self.order)}")
         self._entries[name] = value
-        self._builtin.add(name)
         return value
 
     def register(self, name: str, value: Any, overwrite: bool = False) -> V:
@@ -64,8 +69,12 @@ class Registry(Generic[V]):
         """
         if not isinstance(name, str) or not name:
             raise ValueError(f"name must be a non-empty string, got {name!r}")
-        if name in self._builtin:
-            raise ValueError(f"name {name!r} is a built-in {self.kind} and cannot be replaced")
+        if name in self.order:
+            raise ValueError(
+                f"name {name!r} is a built-in {self.kind} and cannot be replaced: register yours under a name of your "
+                f"own, e.g. 'mylab.{name}' (built-in names never contain a dot, so a dotted name never collides with "
+                "one the library adds later)"
+            )
         if name in self._entries and not overwrite:
             raise ValueError(f"name {name!r} is already registered; pass overwrite=True to replace it")
         self._entries[name] = entry = self.convert(value)
@@ -86,16 +95,17 @@ class Registry(Generic[V]):
         return self[name].from_options(**options)  # type: ignore[attr-defined]
 
     def names(self) -> tuple[str, ...]:
-        """The names, built-in ones first."""
-        return tuple(self._entries)
+        """The names: the built-in ones in :attr:`order`, then the registered ones in registration order."""
+        builtin = tuple(name for name in self.order if name in self._entries)
+        return builtin + tuple(name for name in self._entries if name not in self.order)
 
     def __getitem__(self, name: str) -> V:
         if isinstance(name, str) and name in self._entries:
             return self._entries[name]
-        raise ValueError(f"{self.kind} must be one of {list(self._entries)}, got {name!r}")
+        raise ValueError(f"{self.kind} must be one of {list(self.names())}, got {name!r}")
 
     def __contains__(self, name: object) -> bool:
         return name in self._entries
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._entries)
+        return iter(self.names())

@@ -88,8 +88,12 @@ class Target(ABC):
         8.0
     """
 
-    #: ``True`` for plain sampling: every finite difficulty gets weight 1, even outside the support.
+    #: ``True`` for plain sampling: every finite difficulty gets weight 1, even outside the support (the weighting
+    #: callback then never checks the proposal's fit, and its runs are the baseline arm).
     plain_sampling: ClassVar[bool] = False
+    #: ``True`` when :meth:`density` needs the training progress ``t / T`` (``ValueError`` for ``None``): the
+    #: weighting callback then requires ``trainer.max_steps`` and logs ``weighting/mu_t``.
+    needs_progress: ClassVar[bool] = False
 
     @abstractmethod
     def density(self, z: Tensor, support_sigmas: float, progress: float | None) -> Tensor:
@@ -180,6 +184,8 @@ class CurriculumTarget(Target):
         ValueError: (when evaluated) if ``progress`` is ``None``, not finite or outside ``[0, 1]``.
     """
 
+    needs_progress = True
+
     @staticmethod
     def center(support_sigmas: float, progress: float | None) -> float:
         """``z_t = -c + 2 c progress``, the standardised mean of the target at this progress."""
@@ -206,12 +212,15 @@ def _instance(value: Any) -> Target:
     raise TypeError(f"target must be a Target instance or subclass, got {value!r}")
 
 
-_REGISTRY: Final[Registry[Target]] = Registry("target", _instance)
+#: the built-in targets in the order of the paper's tables (Arnold et al., 2021, Table 1): plain sampling first
+_REGISTRY: Final[Registry[Target]] = Registry(
+    "target", _instance, ("baseline", "easy", "hard", "curriculum", "uniform")
+)
 _REGISTRY.builtin("baseline", BaselineTarget())
-_REGISTRY.builtin("uniform", UniformTarget())
 _REGISTRY.builtin("easy", EasyTarget())
 _REGISTRY.builtin("hard", HardTarget())
 _REGISTRY.builtin("curriculum", CurriculumTarget())
+_REGISTRY.builtin("uniform", UniformTarget())
 
 _TargetLike = Target | type[Target]
 
@@ -231,7 +240,8 @@ def register_target(
     without arguments), or as a class decorator when ``target`` is omitted.
 
     Args:
-        name: the name configs use. Built-in names cannot be replaced.
+        name: the name configs use. Built-in names cannot be replaced; they never contain a dot, so a dotted name
+            (``"mylab.triangular"``) is safe from the targets later versions add.
         target: a :class:`Target` instance or subclass; ``None`` returns a decorator.
         overwrite: allow replacing a custom target already registered under ``name``.
 
@@ -244,18 +254,19 @@ def register_target(
 
     Example::
 
-        >>> @register_target("linear_hard", overwrite=True)
+        >>> @register_target("mylab.linear_hard", overwrite=True)
         ... class LinearHard(Target):
         ...     def density(self, z, support_sigmas, progress):
         ...         return z + support_sigmas
-        >>> get_target("linear_hard")
+        >>> get_target("mylab.linear_hard")
         LinearHard()
     """
     return _REGISTRY.register_or_decorate(name, target, overwrite)
 
 
 def available_targets() -> tuple[str, ...]:
-    """The names :func:`get_target` accepts: built-in targets first, then registered ones."""
+    """The names :func:`get_target` accepts: the built-in targets in the paper's order (``baseline``, ``easy``,
+    ``hard``, ``curriculum``, ``uniform``), then registered ones in registration order."""
     return _REGISTRY.names()
 
 

@@ -18,7 +18,7 @@ from lightning_episodes import ProtoNet
 from lightning_episodes.algorithms.base import EpisodeOutput
 from lightning_episodes.callbacks import DifficultyWeightingCallback, WeightingStep
 from lightning_episodes.data import Episode
-from lightning_episodes.weighting import SIGMA_FLOOR, importance_weights
+from lightning_episodes.weighting import SIGMA_FLOOR, Target, importance_weights
 from tests.callbacks.helpers import CrashAt
 from tests.helpers import tiny_datamodule, tiny_trainer
 
@@ -145,6 +145,32 @@ def test_curriculum_needs_max_steps() -> None:
         trainer.fit(ProtoNet(image_size=16), tiny_datamodule())
 
 
+class HardToEasy(Target):
+    """A user's curriculum-like target: a ramp whose slope turns from rewarding hard episodes to easy ones."""
+
+    needs_progress = True
+
+    def density(self, z: torch.Tensor, support_sigmas: float, progress: float | None) -> torch.Tensor:
+        if progress is None:
+            raise ValueError("HardToEasy needs the training progress")
+        return support_sigmas + (1.0 - 2.0 * progress) * z
+
+
+def test_a_users_target_that_needs_progress_is_checked_and_logged_as_the_curriculum_is() -> None:
+    """Declared by ``needs_progress``, not recognised by class: no ``max_steps`` is refused before training, and
+    ``weighting/mu_t`` is logged."""
+    callback = DifficultyWeightingCallback(target=HardToEasy(), warmup_steps=2)
+    trainer = tiny_trainer(max_steps=-1, max_epochs=1, callbacks=[callback])
+    with pytest.raises(ValueError, match=r"target='HardToEasy'\) needs trainer.max_steps > 0"):
+        trainer.fit(ProtoNet(image_size=16), tiny_datamodule())
+    _, _, recorder = _fit(DifficultyWeightingCallback(target=HardToEasy(), warmup_steps=2), max_steps=4)
+    weighted = [(step, log) for step, log in zip(recorder.steps, recorder.logged, strict=True) if not step.warmup]
+    assert weighted
+    for step, log in weighted:
+        assert step.progress is not None
+        assert log["mu_t"] == pytest.approx(log["low"] + (log["high"] - log["low"]) * step.progress, rel=1e-6)
+
+
 def test_gradient_accumulation_is_refused() -> None:
     trainer = tiny_trainer(accumulate_grad_batches=2, callbacks=[DifficultyWeightingCallback(warmup_steps=2)])
     with pytest.raises(ValueError, match="accumulate_grad_batches=2"):
@@ -240,9 +266,9 @@ def test_weights_match_a_plain_reimplementation(target: str, update: str, out_of
             assert log["mu_t"] == pytest.approx(mu - 2.58 * sigma + 2 * 2.58 * sigma * progress, rel=1e-6)
     final = estimates[-1]
     assert final is not None
-    assert callback.proposal_model.estimator.mu == pytest.approx(final[0], rel=1e-12)
-    assert callback.proposal_model.estimator.variance == pytest.approx(final[1], rel=1e-12)
-    assert callback.proposal_model.estimator.steps == max_steps
+    assert callback.state.proposal.estimator.mu == pytest.approx(final[0], rel=1e-12)
+    assert callback.state.proposal.estimator.variance == pytest.approx(final[1], rel=1e-12)
+    assert callback.state.proposal.estimator.steps == max_steps
 
 
 class RiggedProtoNet(ProtoNet):
@@ -273,7 +299,7 @@ def test_a_batch_with_no_weight_is_a_skipped_step_with_zero_gradient() -> None:
     assert [log["skipped_steps"] for log in recorder.logged] == [0, 0, 0, 1, 1]
     assert recorder.logged[3]["ess"] == 0.0
     assert recorder.logged[3]["batch_over_ess"] == 0.0
-    assert callback.skipped_steps == 1
+    assert callback.state.skipped_steps == 1
 
 
 def test_non_finite_episodes_are_masked_counted_and_kept_out_of_the_estimate() -> None:
@@ -289,10 +315,10 @@ def test_non_finite_episodes_are_masked_counted_and_kept_out_of_the_estimate() -
     assert [log["nonfinite_episodes"] for log in recorder.logged] == [0, 1, 1, 2, 2]
     assert recorder.steps[1].weights[1] == 1.0  # warm-up weight; the loss itself is masked
     assert recorder.steps[3].weights[2] == 0.0
-    assert callback.proposal_model.estimator.nonfinite == 2
-    assert callback.proposal_model.estimator.episodes == 5 * 4 - 2
-    assert math.isfinite(callback.proposal_model.estimator.mu)
-    assert math.isfinite(callback.proposal_model.estimator.variance)
+    assert callback.state.proposal.estimator.nonfinite == 2
+    assert callback.state.proposal.estimator.episodes == 5 * 4 - 2
+    assert math.isfinite(callback.state.proposal.estimator.mu)
+    assert math.isfinite(callback.state.proposal.estimator.variance)
     assert all(torch.isfinite(g).all() for g in grads.grads.values())
     assert all(torch.isfinite(p).all() for p in model.parameters())
 
@@ -320,9 +346,9 @@ def same_state(a: object, b: object) -> bool:
 
 def test_state_is_plain_numbers_and_load_is_tolerant() -> None:
     callback = DifficultyWeightingCallback(warmup_steps=2)
-    callback.proposal_model.update(torch.tensor([1.0, 2.0]))
-    callback.proposal_model.update(torch.tensor([3.0, 4.0]))
-    callback.skipped_steps, callback.nonfinite_episodes = 2, 3
+    callback.state.proposal.update(torch.tensor([1.0, 2.0]))
+    callback.state.proposal.update(torch.tensor([3.0, 4.0]))
+    callback.state.skipped_steps, callback.state.nonfinite_episodes = 2, 3
     state = callback.state_dict()
     assert plain_state(state)
     restored = DifficultyWeightingCallback(warmup_steps=2)
@@ -331,8 +357,8 @@ def test_state_is_plain_numbers_and_load_is_tolerant() -> None:
     # a checkpoint from an older version without the counters still loads
     old = DifficultyWeightingCallback(warmup_steps=2)
     old.load_state_dict({"estimator": state["estimator"]})
-    assert old.proposal_model.estimator.mu == 2.5
-    assert old.skipped_steps == 0
+    assert old.state.proposal.estimator.mu == 2.5
+    assert old.state.skipped_steps == 0
     DifficultyWeightingCallback().load_state_dict({})
 
 
@@ -463,7 +489,7 @@ def test_logs_only_on_the_steps_the_logger_writes_the_same_values() -> None:
             assert value == dense[step][key] or (math.isnan(value) and math.isnan(dense[step][key])), (step, key)
     # the estimates absorbed every step in both runs; the last logged values are those of step 5, not 6
     assert same_state(runs[3][1].state_dict(), runs[1][1].state_dict())
-    assert runs[3][1].proposal_model.estimator.steps == 7
+    assert runs[3][1].state.proposal.estimator.steps == 7
     assert [s.step for s in runs[3][2].steps] == list(range(7))
     assert float(runs[3][3].callback_metrics["weighting/mu"]) == sparse[5]["weighting/mu"]
     assert sparse[5]["weighting/mu"] != dense[6]["weighting/mu"]

@@ -89,8 +89,8 @@ def test_offline_estimates_and_weights_come_from_the_reference(reference: Path, 
     mu, variance = difficulty_statistics(_scores(frozen, episodes))
     assert callback.ready
     assert callback.mu == pytest.approx(mu, rel=1e-6)
-    assert callback.proposal_model.estimator.variance == pytest.approx(variance, rel=1e-5)
-    assert callback.offline_scored == OFFLINE_EPISODES
+    assert callback.state.proposal.estimator.variance == pytest.approx(variance, rel=1e-5)
+    assert callback.state.offline_scored == OFFLINE_EPISODES
     sigma = max(variance**0.5, SIGMA_FLOOR)
 
     for step, batch, logged in recorder.records:
@@ -102,7 +102,7 @@ def test_offline_estimates_and_weights_come_from_the_reference(reference: Path, 
         assert not step.warmup
         assert (step.mu, step.sigma) == (callback.mu, callback.sigma)
         assert logged["weighting/mu"] == pytest.approx(mu, rel=1e-6)
-    assert callback.proposal_model.estimator.steps == 0  # the online estimator never ran
+    assert callback.state.proposal.estimator.steps == 0  # the online estimator never ran
 
 
 @pytest.mark.parametrize("proposal", ["lognormal", "empirical"])
@@ -115,7 +115,7 @@ def test_every_proposal_is_fitted_to_the_references_scores(reference: Path, prop
     dm.setup("fit")
     episodes = dm.assembler(dm.samplers["train"].sample(dm.seed, "offline", 0, range(OFFLINE_EPISODES)))
     scores = _scores(_frozen(reference), episodes)
-    q = callback.proposal_model
+    q = callback.state.proposal
     if proposal == "lognormal":
         mu, variance = difficulty_statistics(scores.log())
         assert q.location == pytest.approx(mu, rel=1e-6)
@@ -159,8 +159,8 @@ def test_resume_restores_the_offline_estimates_without_scoring_again(
     again = ModelCheckpoint(dirpath=tmp_path, save_last=True, every_n_train_steps=2)
     trainer = tiny_trainer(max_steps=3, limit_val_batches=0, callbacks=[resumed, again], enable_checkpointing=True)
     trainer.fit(ProtoNet(image_size=16), tiny_datamodule(), ckpt_path=tmp_path / "last.ckpt")
-    assert resumed.offline_scored == first.offline_scored == 8
-    assert resumed.proposal_model.state_dict() == first.proposal_model.state_dict()
+    assert resumed.state.offline_scored == first.state.offline_scored == 8
+    assert resumed.state.proposal.state_dict() == first.state.proposal.state_dict()
 
 
 def test_reference_errors(reference: Path, tmp_path: Path) -> None:

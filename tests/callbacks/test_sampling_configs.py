@@ -12,8 +12,9 @@ from pytorch_lightning.callbacks import ModelCheckpoint
 
 from lightning_episodes.callbacks import DifficultyWeightingCallback
 from lightning_episodes.cli import main
+from lightning_episodes.weighting import available_targets
 
-TARGETS = ("baseline", "uniform", "easy", "hard", "curriculum")
+TARGETS = available_targets()  # the built-in ones: each has its configs/sampling/<target>_{online,offline}.yaml
 SAMPLING = Path("configs/sampling")
 WARMUP, STEPS = 2, 4
 

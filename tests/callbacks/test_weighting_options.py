@@ -62,7 +62,7 @@ def test_the_default_path_is_todays_estimator_bit_for_bit() -> None:
         assert torch.equal(step.weights, weights.double())
         assert torch.equal(loss, weighted_loss(difficulties, weights).loss)
         estimator.update(difficulties)
-    assert callback.proposal_model.state_dict() == estimator.state_dict()
+    assert callback.state.proposal.state_dict() == estimator.state_dict()
 
 
 @pytest.mark.parametrize("proposal", available_proposals())
@@ -166,7 +166,7 @@ def test_plain_sampling_never_warns_of_a_misfit() -> None:
         warnings.simplefilter("always")
         _fit(callback, LogNormalDifficulties(image_size=16), max_steps=81, log_every_n_steps=50)
     assert not [w for w in caught if "misfits" in str(w.message)]
-    assert callback.book.verdict == ""
+    assert callback.state.verdict == ""
 
 
 # -- the console script -----------------------------------------------------------------------------------------------

@@ -35,9 +35,9 @@ def test_an_old_checkpoints_state_resumes_under_the_same_key() -> None:
     assert callback.ready
     assert callback.mu == 0.6366244288398596
     assert callback.sigma == math.sqrt(0.4387844985189645)
-    assert (callback.skipped_steps, callback.nonfinite_episodes) == (1, 2)
-    assert callback.normalizer.state_dict() == {"average": 2.01}
-    assert callback.diagnostics.weights.tolist() == [0.5, 1.0, 1.5]
+    assert (callback.state.skipped_steps, callback.state.nonfinite_episodes) == (1, 2)
+    assert callback.state.normalizer.state_dict() == {"average": 2.01}
+    assert callback.state.diagnostics.weights.tolist() == [0.5, 1.0, 1.5]
     # and it is written back in the same format
     state = callback.state_dict()
     assert state.keys() == OLD_STATE.keys()
@@ -84,7 +84,7 @@ def test_a_registered_proposal_is_accepted_and_listed_in_the_error(monkeypatch: 
             return 2.0 * super().scale
 
     callback = DifficultyWeightingCallback(proposal="wide_normal", warmup_steps=2)
-    assert isinstance(callback.proposal_model, WideNormal)
-    assert isinstance(callback.proposal_model, Proposal)
+    assert isinstance(callback.state.proposal, WideNormal)
+    assert isinstance(callback.state.proposal, Proposal)
     with pytest.raises(ValueError, match=r"'empirical', 'wide_normal'\], got 'oracle'"):
         DifficultyWeightingCallback(proposal="oracle")

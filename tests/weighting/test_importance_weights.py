@@ -13,6 +13,7 @@ from scipy import stats
 
 from lightning_episodes.weighting import (
     SIGMA_FLOOR,
+    available_targets,
     curriculum_progress,
     effective_sample_size,
     fraction_outside_support,
@@ -20,7 +21,7 @@ from lightning_episodes.weighting import (
     support_interval,
 )
 
-TARGETS = ["baseline", "uniform", "easy", "hard", "curriculum"]
+TARGETS = list(available_targets())
 
 
 def scipy_weights(omegas, mu: float, sigma: float, c: float, target: str, progress: float, mode: str):

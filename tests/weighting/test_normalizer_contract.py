@@ -3,13 +3,14 @@
 A row names the normaliser and writes out the loss it must give at each step of a run (a warm-up of weights 1,
 then heavy-tailed weights) from that run's weights so far; the tests check the loss step by step, the checkpoint
 round-trip of the state, and a resumed run against an uninterrupted one. A new normaliser is its file plus a row
-here (DDP: ``tests/callbacks/test_ddp.py``'s cases are built from the registry).
+here (``tests/callbacks/test_ddp.py``'s cases are built from the registry); ``tests/weighting/extensions.py`` holds a
+test-only one (``tests.batch``) to prove it.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pytest
 import torch
@@ -21,8 +22,8 @@ from lightning_episodes.weighting import (
     pareto_smooth,
     weighted_loss,
 )
-from lightning_episodes.weighting.normalizers import NORMALIZER_REGISTRY
 from tests.helpers import roundtrip, same_state
+from tests.weighting import extensions
 
 WARMUP, STEPS, BATCH, WINDOW, DECAY = 3, 12, 8, 30, 0.5
 OPTIONS = {"window": WINDOW, "running_decay": DECAY}
@@ -57,8 +58,21 @@ def _running(_: list[torch.Tensor], every: list[torch.Tensor], w: torch.Tensor, 
     return float((w * losses).sum()) / average
 
 
-ROWS: dict[str, Expected] = {"ess": _ess, "self": _self, "truncated": _truncated, "psis": _psis, "running": _running}
-NAMES = [n for n in available_normalizers() if NORMALIZER_REGISTRY[n].__module__.startswith("lightning_episodes")]
+def _batch(_: list[torch.Tensor], __: list[torch.Tensor], w: torch.Tensor, losses: torch.Tensor) -> float:
+    return float((w * losses).sum()) / w.numel()
+
+
+ROWS: dict[str, Expected] = {
+    "ess": _ess, "self": _self, "truncated": _truncated, "psis": _psis, "running": _running,
+    extensions.NORMALIZER: _batch,
+}  # fmt: skip
+NAMES = list(ROWS)
+
+
+@pytest.fixture(autouse=True)
+def _registered() -> Iterator[None]:
+    with extensions.registered():
+        yield
 
 
 def _run() -> list[tuple[torch.Tensor, torch.Tensor, bool]]:
@@ -77,11 +91,12 @@ def _run() -> list[tuple[torch.Tensor, torch.Tensor, bool]]:
 
 def _loss(normalizer: Normalizer, w: torch.Tensor, losses: torch.Tensor) -> float:
     step = normalizer.normalize(w)
-    return float(weighted_loss(losses, step.weights, step.normalization, denominator=step.denominator).loss)
+    return float(weighted_loss(losses, step.weights, step.divisor, denominator=step.denominator).loss)
 
 
-def test_every_normaliser_of_the_library_has_a_row() -> None:
-    assert set(NAMES) == set(ROWS)
+def test_every_registered_normaliser_has_a_row_and_the_library_order() -> None:
+    assert set(available_normalizers()) == set(ROWS)
+    assert available_normalizers()[:5] == ("ess", "self", "truncated", "psis", "running")
 
 
 @pytest.mark.parametrize("name", NAMES)

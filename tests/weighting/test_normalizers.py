@@ -13,7 +13,6 @@ from scipy import stats
 from lightning_episodes.weighting import (
     ParetoSmoothedNormalizer,
     RunningNormalizer,
-    available_normalizers,
     gpd_fit,
     make_normalizer,
     pareto_smooth,
@@ -29,7 +28,7 @@ def test_truncation_caps_at_the_mean_times_root_n() -> None:
     # nothing above the cap: unchanged
     assert torch.equal(truncate_weights(torch.tensor([1.0, 2.0, 3.0])), torch.tensor([1.0, 2.0, 3.0]))
     step = make_normalizer("truncated").normalize(w)
-    assert step.normalization == "self"
+    assert step.divisor == "sum_weights"
     assert step.weights.tolist() == [0.5, 0.5, 1.0, cap]
 
 
@@ -81,13 +80,13 @@ def test_psis_normalizer_keeps_a_window_of_raw_weights_after_the_warm_up() -> No
     restored = ParetoSmoothedNormalizer(window=10)
     restored.load_state_dict(psis.state_dict())
     assert torch.equal(restored.recent, psis.recent)
-    assert psis.normalize(torch.tensor([2.0, 3.0])).normalization == "self"
+    assert psis.normalize(torch.tensor([2.0, 3.0])).divisor == "sum_weights"
 
 
 def test_running_normalizer_is_an_exponential_average_of_sum_w() -> None:
     running = RunningNormalizer(decay=0.5)
     first = running.normalize(torch.tensor([1.0, 1.0, 1.0, 1.0]))
-    assert (first.normalization, float(first.denominator)) == ("fixed", 4.0)  # D_0 = the first sum
+    assert (first.divisor, float(first.denominator)) == ("denominator", 4.0)  # D_0 = the first sum
     running.update(torch.ones(4, dtype=torch.float64), warmup=True)
     step = running.normalize(torch.tensor([0.5, 0.5, 9.0, 0.0]))
     assert float(step.denominator) == 0.5 * 4.0 + 0.5 * 10.0  # the step's own sum enters
@@ -99,23 +98,22 @@ def test_running_normalizer_is_an_exponential_average_of_sum_w() -> None:
     assert restored.average == 7.0
     # the loss divides by D: W sum w L / D
     losses = torch.tensor([1.0, 2.0, 3.0, 4.0])
-    out = weighted_loss(losses, step.weights, step.normalization, denominator=step.denominator)
+    out = weighted_loss(losses, step.weights, step.divisor, denominator=step.denominator)
     assert out.loss.item() == pytest.approx((0.5 * 1 + 0.5 * 2 + 9.0 * 3) / 7.0, rel=1e-6)
 
 
 def test_fixed_denominator_is_validated() -> None:
     losses, weights = torch.ones(3), torch.ones(3)
-    with pytest.raises(ValueError, match="denominator must be given exactly for normalization='fixed'"):
-        weighted_loss(losses, weights, "fixed")
+    with pytest.raises(ValueError, match="denominator must be given exactly for divisor='denominator'"):
+        weighted_loss(losses, weights, "denominator")
     with pytest.raises(ValueError, match="denominator must be given exactly"):
         weighted_loss(losses, weights, "ess", denominator=3.0)
     with pytest.raises(ValueError, match="denominator must be a finite number > 0"):
-        weighted_loss(losses, weights, "fixed", denominator=0.0)
+        weighted_loss(losses, weights, "denominator", denominator=0.0)
     # a tensor denominator that is not positive skips the step instead (no device sync to check it)
-    assert weighted_loss(losses, weights, "fixed", denominator=torch.tensor(0.0)).skipped
+    assert weighted_loss(losses, weights, "denominator", denominator=torch.tensor(0.0)).skipped
 
 
 def test_unknown_normalization_is_named() -> None:
-    assert available_normalizers() == ("ess", "self", "truncated", "psis", "running")
     with pytest.raises(ValueError, match="normalization must be one of"):
         make_normalizer("clip")

@@ -3,14 +3,14 @@
 A row names the proposal, a law to draw difficulties from and the scipy reference of the fitted ``q``; the tests
 check the density, the support, the importance weights of the uniform target and the held-out log-likelihood
 against the reference, the checkpoint round-trip of the online state, and a resumed run against an uninterrupted
-one. A new proposal is its file plus a row here (DDP: add it to ``tests/callbacks/test_ddp.py``'s cases, which
-are built from the registry).
+one. A new proposal is its file plus a row here (``tests/callbacks/test_ddp.py`` builds its two-process cases from
+the registry); ``tests/weighting/extensions.py`` holds a test-only one (``tests.gumbel``) to prove it.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +28,7 @@ from lightning_episodes.weighting import (
 )
 from lightning_episodes.weighting.proposals import PROPOSAL_REGISTRY
 from tests.helpers import roundtrip, same_state
+from tests.weighting import extensions
 
 C = 2.58
 Z = standard_normal_mass(C)
@@ -48,6 +49,12 @@ def _normal(data: np.ndarray) -> Reference:
 def _lognormal(data: np.ndarray) -> Reference:
     logs = np.log(data)
     law = stats.lognorm(logs.std(), scale=math.exp(logs.mean()))
+    return Reference(law.logpdf, law.cdf)
+
+
+def _gumbel(data: np.ndarray) -> Reference:
+    scale = data.std() * math.sqrt(6.0) / math.pi  # the moments of a Gumbel: mean m + gamma b, variance (pi b)^2 / 6
+    law = stats.gumbel_r(data.mean() - np.euler_gamma * scale, scale)
     return Reference(law.logpdf, law.cdf)
 
 
@@ -72,9 +79,16 @@ ROWS = {
         Row("normal", stats.norm(1.0, 0.3), _normal, {}),
         Row("lognormal", stats.lognorm(0.6, scale=0.5), _lognormal, {}),
         Row("empirical", stats.gamma(2.0, scale=0.4), _empirical, {"window": 300}),
+        Row(extensions.PROPOSAL, stats.gumbel_r(1.0, 0.3), _gumbel, {}),
     )
 }
-NAMES = [name for name in available_proposals() if PROPOSAL_REGISTRY[name].__module__.startswith("lightning_episodes")]
+NAMES = list(ROWS)
+
+
+@pytest.fixture(autouse=True)
+def _registered() -> Iterator[None]:
+    with extensions.registered():
+        yield
 
 
 def _sample(row: Row, n: int, seed: int) -> torch.Tensor:
@@ -85,8 +99,9 @@ def _build(row: Row, **options: Any) -> Proposal:
     return make_proposal(row.name, **{"support_sigmas": C, "warmup_steps": 3, **row.options, **options})
 
 
-def test_every_proposal_of_the_library_has_a_row() -> None:
-    assert set(NAMES) == set(ROWS)
+def test_every_registered_proposal_has_a_row_and_the_library_order() -> None:
+    assert set(available_proposals()) == set(ROWS)
+    assert available_proposals()[:3] == ("normal", "lognormal", "empirical")
 
 
 @pytest.mark.parametrize("name", NAMES)

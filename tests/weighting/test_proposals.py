@@ -8,6 +8,7 @@ chi-square test for ``uniform``, all mass on the right half for ``easy``/``hard`
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -29,18 +30,17 @@ from lightning_episodes.weighting import (
     make_proposal,
     standard_normal_mass,
 )
+from tests.weighting.test_proposal_contract import ROWS
 
 C = 2.58
 Z = standard_normal_mass(C)
-LAWS = {
-    "normal": stats.norm(1.0, 0.3),
-    "lognormal": stats.lognorm(0.6, scale=0.5),  # right skew ~ 2, like glyphs' difficulties
-    "empirical": stats.gamma(2.0, scale=0.4),
-}
 
 
-def _sample(law: str, n: int, seed: int) -> torch.Tensor:
-    return torch.from_numpy(LAWS[law].rvs(size=n, random_state=np.random.default_rng(seed)))
+def _sample(proposal: str, n: int, seed: int) -> torch.Tensor:
+    """Difficulties from the law of the proposal's contract row (normal; log-normal, right skew ~2 like glyphs'
+    difficulties; gamma for the empirical)."""
+    law = ROWS[proposal].law
+    return torch.from_numpy(law.rvs(size=n, random_state=np.random.default_rng(seed)))
 
 
 def _fitted(proposal: str, n: int = 4000, seed: int = 0) -> NormalProposal | EmpiricalProposal:
@@ -173,7 +173,7 @@ def test_empirical_fit_needs_two_values() -> None:
 
 
 def test_unknown_proposal_is_named() -> None:
-    with pytest.raises(ValueError, match=r"proposal must be one of \['normal', 'lognormal', 'empirical'\]"):
+    with pytest.raises(ValueError, match=re.escape(f"proposal must be one of {list(available_proposals())}")):
         make_proposal("gaussian")
 
 

@@ -8,8 +8,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lightning_episodes.weighting import (
+    available_targets,
     effective_sample_size,
     ess_weighted_loss,
+    get_target,
     importance_weights,
     weighted_loss,
 )
@@ -18,14 +20,14 @@ from lightning_episodes.weighting import (
 LOSSES = [2.0, 2.5, 1.0, 3.5]
 WEIGHTS = [0.48098114501548433, 0.793003844592732, 3.5539966630473123, 0.0]
 # sum w = 4.827981652655529, sum w^2 = 13.49109024035069, ESS = 1.7277630216023598,
-# sum w L = 6.4984685645601115, so loss = 3.7612036392197523 ("ess"), 1.3460010894999501 ("self").
+# sum w L = 6.4984685645601115, so loss = 3.7612036392197523 ("ess"), 1.3460010894999501 ("sum_weights").
 
 
 def test_hand_computed_ess_and_loss() -> None:
     losses, weights = torch.tensor(LOSSES, dtype=torch.float64), torch.tensor(WEIGHTS, dtype=torch.float64)
     assert effective_sample_size(weights).item() == pytest.approx(1.7277630216023598, rel=1e-13)
     assert ess_weighted_loss(losses, weights).item() == pytest.approx(3.7612036392197523, rel=1e-13)
-    assert ess_weighted_loss(losses, weights, "self").item() == pytest.approx(1.3460010894999501, rel=1e-13)
+    assert ess_weighted_loss(losses, weights, "sum_weights").item() == pytest.approx(1.3460010894999501, rel=1e-13)
     out = weighted_loss(losses, weights)
     assert out.loss.item() == pytest.approx(3.7612036392197523, rel=1e-13)
     assert out.sum_weights.item() == pytest.approx(4.827981652655529, rel=1e-13)
@@ -45,16 +47,16 @@ def test_hand_computed_ess_and_loss() -> None:
 def test_unit_weights_give_the_plain_mean() -> None:
     gen = torch.Generator().manual_seed(0)
     losses = torch.rand(16, generator=gen, dtype=torch.float64)
-    for normalization in ("ess", "self"):
-        loss = ess_weighted_loss(losses, torch.ones(16), normalization)
+    for divisor in ("ess", "sum_weights"):
+        loss = ess_weighted_loss(losses, torch.ones(16), divisor)
         assert loss.item() == pytest.approx(losses.mean().item(), rel=1e-14)
     assert effective_sample_size(torch.ones(16)).item() == 16.0
     assert weighted_loss(losses, torch.ones(16)).batch_over_ess.item() == pytest.approx(1.0)
     # Constant weights other than 1: ESS = |B| still, so "ess" scales the mean by the weight (only
-    # w = 1 gives the plain mean, docs/method.md), while "self" gives the mean.
+    # w = 1 gives the plain mean, docs/method.md), while "sum_weights" gives the mean.
     constant = torch.full((16,), 3.7, dtype=torch.float64)
     assert ess_weighted_loss(losses, constant).item() == pytest.approx(3.7 * losses.mean().item())
-    assert ess_weighted_loss(losses, constant, "self").item() == pytest.approx(losses.mean().item())
+    assert ess_weighted_loss(losses, constant, "sum_weights").item() == pytest.approx(losses.mean().item())
 
 
 def test_effective_sample_size_edge_cases() -> None:
@@ -80,16 +82,16 @@ def _toy(batch: int = 12, seed: int = 0):
     return theta, x, y
 
 
-@pytest.mark.parametrize("normalization", ["ess", "self"])
-def test_gradient_matches_finite_differences_with_frozen_weights(normalization: str) -> None:
+@pytest.mark.parametrize("divisor", ["ess", "sum_weights"])
+def test_gradient_matches_finite_differences_with_frozen_weights(divisor: str) -> None:
     theta, x, y = _toy()
     losses = _toy_losses(theta, x, y)
     # Weights from the losses themselves (difficulty = loss), as in training.
     weights = importance_weights(losses, losses.mean(), losses.std(), "uniform", out_of_support="clamp")
-    (grad,) = torch.autograd.grad(ess_weighted_loss(losses, weights, normalization), theta)
+    (grad,) = torch.autograd.grad(ess_weighted_loss(losses, weights, divisor), theta)
 
     def frozen(t: torch.Tensor) -> float:
-        return ess_weighted_loss(_toy_losses(t, x, y), weights, normalization).item()
+        return ess_weighted_loss(_toy_losses(t, x, y), weights, divisor).item()
 
     h = 1e-6
     numeric = torch.stack(
@@ -105,9 +107,9 @@ def test_gradient_matches_finite_differences_with_frozen_weights(normalization: 
     losses = _toy_losses(theta, x, y)
     soft = torch.exp(-losses)
     s1, s2 = soft.sum(), (soft * soft).sum()
-    leaky = (soft * losses).sum() / (s1 * s1 / s2 if normalization == "ess" else s1)
+    leaky = (soft * losses).sum() / (s1 * s1 / s2 if divisor == "ess" else s1)
     (leaky_grad,) = torch.autograd.grad(leaky, theta)
-    (frozen_grad,) = torch.autograd.grad(ess_weighted_loss(_toy_losses(theta, x, y), soft, normalization), theta)
+    (frozen_grad,) = torch.autograd.grad(ess_weighted_loss(_toy_losses(theta, x, y), soft, divisor), theta)
     assert not torch.allclose(leaky_grad, frozen_grad, rtol=1e-3)
 
 
@@ -134,14 +136,14 @@ def _chunks(n: int, world_size: int, uneven: bool) -> list[slice]:
     return [slice(a, b) for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
 
 
-@pytest.mark.parametrize("normalization", ["ess", "self"])
+@pytest.mark.parametrize("divisor", ["ess", "sum_weights"])
 @pytest.mark.parametrize(("world_size", "uneven"), [(1, False), (2, False), (3, False), (4, False), (3, True)])
-def test_ddp_form_reproduces_the_single_process_gradient(normalization: str, world_size: int, uneven: bool) -> None:
+def test_ddp_form_reproduces_the_single_process_gradient(divisor: str, world_size: int, uneven: bool) -> None:
     theta, x, y = _toy(batch=12, seed=world_size)
     losses = _toy_losses(theta, x, y)
     losses = torch.cat([losses[:5], torch.tensor([float("inf")], dtype=torch.float64), losses[6:]])
     weights = importance_weights(losses.detach(), 1.0, 0.8, "hard", out_of_support="clamp")
-    single = weighted_loss(losses, weights, normalization)
+    single = weighted_loss(losses, weights, divisor)
     (single_grad,) = torch.autograd.grad(single.loss, theta, retain_graph=True)
 
     slices = _chunks(12, world_size, uneven)
@@ -152,7 +154,7 @@ def test_ddp_form_reproduces_the_single_process_gradient(normalization: str, wor
         return t
 
     for s in slices:
-        weighted_loss(losses[s], weights[s], normalization, reduce=record)
+        weighted_loss(losses[s], weights[s], divisor, reduce=record)
     total = torch.stack(local).sum(0)  # what an all-reduce sum would return on every rank
 
     calls = []
@@ -164,7 +166,7 @@ def test_ddp_form_reproduces_the_single_process_gradient(normalization: str, wor
     grad = torch.zeros_like(theta)
     loss_sum = 0.0
     for s in slices:
-        out = weighted_loss(losses[s], weights[s], normalization, reduce=reduce, world_size=world_size)
+        out = weighted_loss(losses[s], weights[s], divisor, reduce=reduce, world_size=world_size)
         (g,) = torch.autograd.grad(out.loss, theta, retain_graph=True)
         grad += g / world_size  # DDP averages gradients over ranks
         loss_sum += out.loss.item()
@@ -178,15 +180,13 @@ def test_ddp_form_reproduces_the_single_process_gradient(normalization: str, wor
 
     if world_size > 1:  # dropping W, or a local ESS, is visibly wrong
         no_w = sum(
-            torch.autograd.grad(
-                weighted_loss(losses[s], weights[s], normalization, reduce)[0], theta, retain_graph=True
-            )[0]
+            torch.autograd.grad(weighted_loss(losses[s], weights[s], divisor, reduce)[0], theta, retain_graph=True)[0]
             for s in slices
         )
         assert not torch.allclose(no_w / world_size, single_grad, rtol=1e-3)
         local_ess = sum(
             torch.autograd.grad(
-                weighted_loss(losses[s], weights[s], normalization, world_size=world_size)[0],
+                weighted_loss(losses[s], weights[s], divisor, world_size=world_size)[0],
                 theta,
                 retain_graph=True,
             )[0]
@@ -200,8 +200,8 @@ def test_zero_weight_sum_skips_the_step_with_a_connected_graph() -> None:
     losses = torch.tensor([2.5, 3.0, 2.8], requires_grad=True)
     weights = importance_weights(losses, 2.0, 0.5, "easy")
     assert weights.tolist() == [0.0, 0.0, 0.0]
-    for normalization in ("ess", "self"):
-        out = weighted_loss(losses, weights, normalization)
+    for divisor in ("ess", "sum_weights"):
+        out = weighted_loss(losses, weights, divisor)
         assert out.skipped
         assert out.loss.item() == 0.0
         assert out.ess.item() == 0.0
@@ -249,10 +249,10 @@ def test_dtype_is_kept() -> None:
 
 def test_validation_errors() -> None:
     x = torch.ones(3)
-    with pytest.raises(ValueError, match="normalization"):
-        ess_weighted_loss(x, x, normalization="mean")
-    with pytest.raises(ValueError, match="normalization"):
-        weighted_loss(x, x, normalization="ESS")
+    with pytest.raises(ValueError, match="divisor"):
+        ess_weighted_loss(x, x, divisor="mean")
+    with pytest.raises(ValueError, match="divisor"):
+        weighted_loss(x, x, divisor="ESS")
     for bad in (0, -1, 1.5, True):
         with pytest.raises(ValueError, match="world_size"):
             weighted_loss(x, x, world_size=bad)  # type: ignore[arg-type]
@@ -268,16 +268,16 @@ loss_values = st.one_of(st.floats(-1e30, 1e30), special)
 @given(
     losses=st.lists(loss_values, min_size=1, max_size=24),
     difficulties=st.lists(st.floats(-50, 50), min_size=24, max_size=24),
-    target=st.sampled_from(["baseline", "uniform", "easy", "hard"]),
+    target=st.sampled_from([t for t in available_targets() if not get_target(t).needs_progress]),
     mode=st.sampled_from(["zero", "clamp"]),
     sigma=st.one_of(st.just(0.0), st.floats(1e-9, 100.0)),
-    normalization=st.sampled_from(["ess", "self"]),
+    divisor=st.sampled_from(["ess", "sum_weights"]),
 )
-def test_loss_and_ess_are_finite_and_bounded(losses, difficulties, target, mode, sigma, normalization) -> None:
+def test_loss_and_ess_are_finite_and_bounded(losses, difficulties, target, mode, sigma, divisor) -> None:
     values = torch.tensor(losses, dtype=torch.float32, requires_grad=True)
     omegas = torch.tensor(difficulties[: len(losses)])
     weights = importance_weights(omegas, 0.0, sigma, target, out_of_support=mode)
-    out = weighted_loss(values, weights, normalization)
+    out = weighted_loss(values, weights, divisor)
     assert torch.isfinite(out.loss)
     assert 0.0 <= out.ess.item() <= len(losses)
     assert torch.isfinite(out.batch_over_ess)
@@ -292,7 +292,7 @@ def test_all_equal_losses_give_that_loss(value: float, n: int) -> None:
     gen = torch.Generator().manual_seed(n)
     weights = importance_weights(torch.randn(n, generator=gen, dtype=torch.float64), 0.0, 1.0)
     losses = torch.full((n,), value, dtype=torch.float64)
-    out = weighted_loss(losses, weights, "self")
+    out = weighted_loss(losses, weights, "sum_weights")
     if out.skipped:
         assert out.loss.item() == 0.0
     else:

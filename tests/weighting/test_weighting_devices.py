@@ -7,6 +7,7 @@ import torch
 
 from lightning_episodes.weighting import (
     DifficultyEstimator,
+    available_targets,
     effective_sample_size,
     fraction_outside_support,
     importance_weights,
@@ -16,7 +17,7 @@ from lightning_episodes.weighting import (
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 
-@pytest.mark.parametrize("target", ["baseline", "uniform", "easy", "hard", "curriculum"])
+@pytest.mark.parametrize("target", available_targets())
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_cuda_matches_cpu(target: str, dtype: torch.dtype) -> None:
     gen = torch.Generator().manual_seed(0)
