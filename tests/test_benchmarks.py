@@ -28,3 +28,14 @@ def test_the_benchmarks_refuse_cuda_graphs_without_cuda() -> None:
     for main in (miniimagenet_fit.main, step_overhead.main):
         with pytest.raises(SystemExit):
             main(["--cuda-graphs"])
+
+
+@pytest.mark.slow
+def test_the_task_sampler_cost_runs_quick(capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks import task_sampler_cost
+
+    rows = task_sampler_cost.main(["--quick"])
+    assert [row[0] for row in rows] == list(task_sampler_cost.CONTENDERS)
+    assert rows[0][2] == "1.00x"
+    assert all(float(row[1]) > 0 and re.fullmatch(r"\d+\.\d\dx", row[2]) for row in rows)
+    assert "| adaptive |" in capsys.readouterr().out

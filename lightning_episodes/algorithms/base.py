@@ -210,7 +210,8 @@ class EpisodicModule(pl.LightningModule):
         """Per-episode losses and accuracies of ``batch``: by default the query cross-entropy and accuracy of
         :meth:`query_logits`. Override it for another training loss (FEAT's regulariser, Pretrain's classifier).
         """
-        return EpisodeOutput(*query_loss(self.query_logits(batch), batch.query_labels))
+        logits = self.query_logits(batch)
+        return EpisodeOutput(*query_loss(logits, batch.query_labels), query_logits=logits)
 
     def _output(self, batch: Episode) -> EpisodeOutput:
         out = self.episode_losses(batch)
@@ -284,12 +285,15 @@ class EpisodicModule(pl.LightningModule):
         # what the loggers write, and the last step (callback_metrics end with it); no host sync in between
         if logger_writes(trainer) or 0 < trainer.max_steps <= trainer.global_step + 1:
             self._log_training(out, result)
-        return {
+        outputs = {
             "loss": result.loss,
             "difficulties": difficulties,
             "weights": step.weights.detach(),
             "weighted": result,
         }
+        if out.query_logits is not None:  # what an adaptive task sampler learns the model's confusions from
+            outputs["query_logits"] = out.query_logits.detach()
+        return outputs
 
     def _log_training(self, out: EpisodeOutput, result: WeightedLoss) -> None:
         """``train/loss`` (the mean of the finite episode losses; shown in the progress bar), ``train/acc`` and

@@ -25,12 +25,17 @@ class EpisodeOutput:
         difficulty: ``[B]`` each episode's difficulty Ω; by default its loss (read when :attr:`difficulty` is, so
             it follows a later change of ``losses``). FEAT, for instance, gives its main cross-entropy without the
             regulariser.
+        query_logits: ``[B, Q, ways]`` the query scores the losses come from, where they do (the default
+            ``episode_losses``); an adaptive task sampler learns the model's confusions from them. Default: ``None``.
     """
 
-    __slots__ = ("_difficulty", "accuracies", "losses")
+    __slots__ = ("_difficulty", "accuracies", "losses", "query_logits")
 
-    def __init__(self, losses: Tensor, accuracies: Tensor, difficulty: Tensor | None = None) -> None:
+    def __init__(
+        self, losses: Tensor, accuracies: Tensor, difficulty: Tensor | None = None, query_logits: Tensor | None = None
+    ) -> None:
         self.losses, self.accuracies, self._difficulty = losses, accuracies, difficulty
+        self.query_logits = query_logits
 
     @property
     def difficulty(self) -> Tensor:
@@ -52,9 +57,9 @@ class WeightingStrategy(Protocol):
     weight is 1 and the loss is the plain mean."""
 
     def episode_weights(self, module: EpisodicModule, batch: Episode, difficulties: Tensor) -> EpisodeWeights:
-        """This rank's ``[B]`` detached, finite, non-negative weights of the step and how the loss normalises
-        them (:class:`~lightning_episodes.weighting.EpisodeWeights`: ``"ess"``, ``"self"`` or a ``"fixed"``
-        global denominator), passed on to :func:`~lightning_episodes.weighting.weighted_loss`."""
+        """This rank's ``[B]`` detached, finite, non-negative weights of the step and what the loss divides by
+        (:class:`~lightning_episodes.weighting.EpisodeWeights`: ``"ess"``, ``"sum_weights"`` or a global
+        ``"denominator"``), passed on to :func:`~lightning_episodes.weighting.weighted_loss`."""
         ...
 
 

@@ -102,6 +102,9 @@ Options = tuple[tuple[str, str], ...]
 #: The option a row gains when its records say the weighting never acted (``weighted_steps`` 0: a warm-up as long as
 #: the run): ``uniform (online, never_weighted=true)``, a row of its own.
 NEVER_WEIGHTED = "never_weighted"
+#: The option a row gains when its records' classes were chosen by a task sampler (``data.task_sampler``):
+#: ``baseline (task_sampler=HardTaskMining(...))``, a row of its own.
+TASK_SAMPLER = "task_sampler"
 
 
 @dataclass(frozen=True)
@@ -122,10 +125,12 @@ class Row:
 
     @property
     def scheme(self) -> str:
-        """``baseline``, ``unknown``, or ``<target> (<estimate>[, <option>=<value>...])``."""
+        """``baseline``, ``unknown``, or ``<target> (<estimate>[, <option>=<value>...])`` (a baseline with a task
+        sampler: ``baseline (task_sampler=...)``)."""
+        shown = [f"{k}={v}" for k, v in self.options]
         if self.estimate is None:
-            return self.target
-        return f"{self.target} ({', '.join([self.estimate, *(f'{k}={v}' for k, v in self.options)])})"
+            return f"{self.target} ({', '.join(shown)})" if shown else self.target
+        return f"{self.target} ({', '.join([self.estimate, *shown])})"
 
     def key(self) -> tuple[Any, ...]:
         # the baseline first, then each estimate's targets in the paper's order, plain options before others;
@@ -316,6 +321,9 @@ def read_result(path: str | Path) -> RunResult:
         # its warm-up outlasted the run: plain sampling in fact, never pooled with (or paired as) the weighted arm
         scheme = (target, estimate, tuple(sorted((*options, (NEVER_WEIGHTED, "true")))))
     data = record.get("data", {})
+    if data.get("task_sampler"):  # the classes were chosen by a task sampler: an arm of its own, never the baseline
+        target, estimate, options = scheme
+        scheme = (target, estimate, tuple(sorted((*options, (TASK_SAMPLER, str(data["task_sampler"]))))))
     seed = record.get("seed", (config or {}).get("seed_everything"))
     column = Column(
         dataset=str(data.get("dataset", "?")),

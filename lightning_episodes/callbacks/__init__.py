@@ -1,6 +1,6 @@
 """Lightning callbacks: importance weighting over episode difficulty, difficulty tracking, checkpoints to resume
-from, non-finite steps, test records and preemption; :func:`default_callbacks`, the three that every command-line run
-gets."""
+from, non-finite steps, test records, preemption and task-sampler feedback; :func:`default_callbacks`, the four that
+every command-line run gets."""
 
 from lightning_episodes.callbacks.checkpointing import ResumableCheckpoint
 from lightning_episodes.callbacks.defaults import default_callbacks
@@ -14,6 +14,7 @@ from lightning_episodes.callbacks.difficulty_weighting import (
 )
 from lightning_episodes.callbacks.nonfinite import NonFiniteError, NonFiniteGuard
 from lightning_episodes.callbacks.preemption import PreemptionHandler
+from lightning_episodes.callbacks.task_sampling import TaskSamplerFeedback
 from lightning_episodes.callbacks.test_results import TestResultsWriter
 
 __all__ = [
@@ -24,6 +25,7 @@ __all__ = [
     "NonFiniteGuard",
     "PreemptionHandler",
     "ResumableCheckpoint",
+    "TaskSamplerFeedback",
     "TestResultsWriter",
     "WeightingOptions",
     "WeightingState",

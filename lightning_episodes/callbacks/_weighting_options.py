@@ -174,7 +174,7 @@ def check_trainer(trainer: pl.Trainer, options: WeightingOptions, target: Target
     Raises:
         ValueError: for a target that needs the progress (the curriculum) without ``trainer.max_steps``,
             ``accumulate_grad_batches > 1``, a reference trained on other ways, or resampling without an
-            ``EpisodicDataModule``.
+            ``EpisodicDataModule`` or with a task sampler.
         FileNotFoundError: if ``reference_checkpoint`` does not exist.
     """
     if target.needs_progress and not trainer.max_steps > 0:
@@ -195,8 +195,11 @@ def check_trainer(trainer: pl.Trainer, options: WeightingOptions, target: Target
             f"{trainer.accumulate_grad_batches}: the ESS must be computed over the whole effective batch; "
             "raise data.episodes_per_batch instead"
         )
-    if options.mode == "resample":
-        check_datamodule(trainer)
+    if options.mode == "resample" and (sampler := check_datamodule(trainer).task_sampler) is not None:
+        raise ValueError(
+            f"DifficultyWeightingCallback(mode='resample') chooses among the plain stream's episodes and cannot be "
+            f"combined with data.task_sampler={sampler!r}, which chooses the classes itself: use one of them"
+        )
     if options.estimate == "offline":
         assert options.reference_checkpoint is not None  # WeightingOptions requires it offline
         check_reference(options.reference_checkpoint, getattr(getattr(trainer, "datamodule", None), "ways", None))

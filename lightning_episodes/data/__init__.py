@@ -1,4 +1,4 @@
-"""Episodes, the vectorised sampler, datasets and the episodic data module."""
+"""Episodes, the vectorised sampler, task samplers, datasets and the episodic data module."""
 
 from lightning_episodes.data.assembly import EpisodeAssembler
 from lightning_episodes.data.augment import RandomShiftFlip
@@ -7,16 +7,32 @@ from lightning_episodes.data.datasets import ImageDataset, available_datasets, l
 from lightning_episodes.data.episode import Episode, EpisodeIdentity
 from lightning_episodes.data.sampler import EpisodeSampler, keep_per_class, mix_seed
 from lightning_episodes.data.streams import EvaluationEpisodes, TrainingEpisodes
+from lightning_episodes.data.task_samplers import (
+    AdaptiveTaskSampler,
+    HardTaskMining,
+    NoDiversityBatch,
+    NoDiversityTask,
+    NoDiversityTasksPerBatch,
+    TaskFeedback,
+    TaskSampler,
+)
 
 __all__ = [
+    "AdaptiveTaskSampler",
     "Episode",
     "EpisodeAssembler",
     "EpisodeIdentity",
     "EpisodeSampler",
     "EpisodicDataModule",
     "EvaluationEpisodes",
+    "HardTaskMining",
     "ImageDataset",
+    "NoDiversityBatch",
+    "NoDiversityTask",
+    "NoDiversityTasksPerBatch",
     "RandomShiftFlip",
+    "TaskFeedback",
+    "TaskSampler",
     "TrainingEpisodes",
     "available_datasets",
     "keep_per_class",

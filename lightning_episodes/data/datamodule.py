@@ -17,6 +17,7 @@ from lightning_episodes.data.datasets import ImageDataset, load_dataset
 from lightning_episodes.data.episode import Episode, EpisodeIdentity
 from lightning_episodes.data.sampler import EpisodeSampler, keep_per_class
 from lightning_episodes.data.streams import EvaluationEpisodes, TrainingEpisodes
+from lightning_episodes.data.task_samplers import TaskFeedback, TaskSampler
 
 #: The smallest value of each size where given (``None`` stands for a default), in the order they are checked: an
 #: episode needs two classes to tell apart (a 1-way one is always right, with zero loss), everything else one.
@@ -69,6 +70,13 @@ class EpisodicDataModule(pl.LightningDataModule):
             and the subsets are nested: the images kept for 20 are among those kept for 30. Validation and test
             are untouched.
         download: let loaders of downloadable datasets fetch missing files.
+        task_sampler: chooses the classes of each training episode instead of the uniform choice (a
+            :class:`~lightning_episodes.data.TaskSampler`: the literature's adaptive task sampling, hard-task mining,
+            no-diversity controls; in YAML a ``class_path`` and its ``init_args``). The choice is a pure function of
+            ``(train_seed, step, j, the sampler's state)``, made when the step's batch reaches the model (the loader
+            runs ahead); an adaptive sampler learns from the model through the
+            :class:`~lightning_episodes.callbacks.TaskSamplerFeedback` callback, and its state is checkpointed with the
+            data module. Default: ``None`` (uniform classes).
 
     Raises:
         ValueError: for non-positive sizes, 1-way episodes or ``train_images_per_class`` below ``shots + queries``
@@ -102,9 +110,17 @@ class EpisodicDataModule(pl.LightningDataModule):
         train_seed: int | None = None,
         train_images_per_class: int | None = None,
         download: bool = False,
+        task_sampler: TaskSampler | None = None,
     ) -> None:
         super().__init__()
-        self.save_hyperparameters()
+        self.save_hyperparameters(ignore=["task_sampler"])
+        # the record keeps what the sampler is (a string: checkpoints hold plain values only); plain runs keep the
+        # hyper-parameters, and so the scenario hash, they had
+        if task_sampler is not None:
+            self.hparams["task_sampler"] = repr(task_sampler)
+        if task_sampler is not None and not isinstance(task_sampler, TaskSampler):
+            raise ValueError(f"data.task_sampler must be a TaskSampler, got {type(task_sampler).__name__}")
+        self.task_sampler = task_sampler
         for name, minimum in _MINIMUM.items():
             if self.hparams[name] is not None and self.hparams[name] < minimum:
                 raise ValueError(f"data.{name} must be >= {minimum}, got {self.hparams[name]}")
@@ -176,6 +192,53 @@ class EpisodicDataModule(pl.LightningDataModule):
                     f"the smallest {smallest})"
                 ) from None
         self.check_world_size(self.world_size)
+        if self.task_sampler is not None:
+            self.task_sampler.bind(self.samplers["train"].num_classes, self.ways, self.episodes_per_batch)
+            if stage == "fit":
+                self._check_feedback()
+
+    def _check_feedback(self) -> None:
+        """An adaptive sampler learns only from a callback that feeds it (``feeds_task_sampler``): refuse a fit
+        without one rather than train on a sampler that never adapts."""
+        assert self.task_sampler is not None
+        callbacks = getattr(self.trainer, "callbacks", None) or []
+        fed = any(getattr(callback, "feeds_task_sampler", False) for callback in callbacks)
+        if self.task_sampler.adaptive and not fed:
+            raise ValueError(
+                f"data.task_sampler={self.task_sampler!r} learns from the model: add the "
+                "lightning_episodes.callbacks.TaskSamplerFeedback callback to trainer.callbacks "
+                "(configs/sampling/ holds configs that do both)"
+            )
+
+    def task_feedback(
+        self, step: int, class_ids: torch.Tensor, losses: torch.Tensor, confusion: torch.Tensor | None
+    ) -> None:
+        """Passes a step's global batch of training outcomes to the task sampler (called identically on every rank).
+
+        Args:
+            step: the episodes' global step.
+            class_ids: int64 ``[B, ways]`` global class ids of each episode (its identity's ``classes``).
+            losses: ``[B]`` each episode's training loss.
+            confusion: ``[B, ways, ways]`` each episode's soft confusion (see
+                :class:`~lightning_episodes.data.TaskFeedback`), or ``None``.
+        """
+        if self.task_sampler is None:
+            return
+        split = self.samplers["train"].classes
+        lookup = torch.full((int(split.max()) + 1,), -1, dtype=torch.long)
+        lookup[split] = torch.arange(len(split))
+        positions = lookup[class_ids.to("cpu", torch.long)]
+        host = None if confusion is None else confusion.detach().to("cpu", torch.float64)
+        self.task_sampler.update(TaskFeedback(step, positions, losses.detach().to("cpu", torch.float64), host))
+
+    @override
+    def state_dict(self) -> dict[str, Any]:
+        return {} if self.task_sampler is None else {"task_sampler": self.task_sampler.state_dict()}
+
+    @override
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        if self.task_sampler is not None:
+            self.task_sampler.load_state_dict(state_dict.get("task_sampler", {}))
 
     def _training_rows(self, labels: torch.Tensor, classes: Sequence[int]) -> torch.Tensor | None:
         """The dataset rows that training episodes draw from: all (``None``), or ``train_images_per_class`` of each
@@ -221,6 +284,10 @@ class EpisodicDataModule(pl.LightningDataModule):
         # with a device cache, batches travel as indices and are assembled in on_after_batch_transfer
         return None if self.device_cache else self.assembler
 
+    def _training_assembler(self) -> EpisodeAssembler | None:
+        # a task sampler chooses the classes when the batch reaches the model: the loader yields bare identities
+        return None if self.task_sampler is not None else self._cpu_assembler()
+
     @override
     def train_dataloader(self) -> DataLoader:
         start = self.trainer.global_step if self.trainer is not None else 0
@@ -238,16 +305,19 @@ class EpisodicDataModule(pl.LightningDataModule):
             self.world_size,
             start,
             steps_per_epoch,
-            self._cpu_assembler(),
+            self._training_assembler(),
         )
         return self._loader(stream)
 
     def training_identities(self, step: int, episodes: Sequence[int]) -> EpisodeIdentity:
         """Identities of the training episodes at positions ``episodes`` of global step ``step``: the training
-        stream's pure function of ``(train_seed, step, j)``, also for positions past ``episodes_per_batch`` (more
-        episodes of the same step, e.g. the candidates that resampling chooses from); ids ``step * B + j``."""
+        stream's pure function of ``(train_seed, step, j)`` (and of the task sampler's state, with one), also for
+        positions past ``episodes_per_batch`` (more episodes of the same step, e.g. the candidates that resampling
+        chooses from); ids ``step * B + j``."""
+        sampler = self.task_sampler
+        classes = None if sampler is None else sampler.classes(self.train_seed, step, list(episodes))
         return self.samplers["train"].sample(
-            self.train_seed, "train", step, episodes, first_id=step * self.episodes_per_batch
+            self.train_seed, "train", step, episodes, first_id=step * self.episodes_per_batch, classes=classes
         )
 
     def training_episodes(
@@ -289,6 +359,26 @@ class EpisodicDataModule(pl.LightningDataModule):
     @override
     def test_dataloader(self) -> DataLoader:
         return self._loader(self.evaluation_episodes("test", self.test_episodes))
+
+    @override
+    def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        # a task sampler's choice is made here, at the step, with the state the previous steps left (the loader
+        # runs a batch ahead): the loader's bare identities give the step and positions
+        trainer = self.trainer
+        if (
+            self.task_sampler is None
+            or trainer is None
+            or not trainer.training
+            or not isinstance(batch, EpisodeIdentity)
+        ):
+            return batch
+        ids = batch.episode_ids.tolist()
+        step = ids[0] // self.episodes_per_batch
+        identity = self.training_identities(step, [i - step * self.episodes_per_batch for i in ids])
+        if self.device_cache:
+            return identity
+        assert self.assembler is not None  # setup ran
+        return self.assembler.gather(identity)
 
     @override
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:

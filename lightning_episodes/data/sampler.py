@@ -213,11 +213,25 @@ class EpisodeSampler:
     def num_classes(self) -> int:
         return len(self.classes)
 
-    def sample(self, seed: int, stream: str, step: int, episodes: Sequence[int], first_id: int = 0) -> EpisodeIdentity:
+    def sample(
+        self,
+        seed: int,
+        stream: str,
+        step: int,
+        episodes: Sequence[int],
+        first_id: int = 0,
+        classes: Tensor | None = None,
+    ) -> EpisodeIdentity:
         """Identities of the episodes at positions ``episodes`` of ``step`` in ``stream``.
 
         Episode ``j`` depends only on ``(seed, stream, step, j)`` (and on this sampler's classes and
-        sizes); its ``episode_ids`` entry is ``first_id + j``.
+        sizes); its ``episode_ids`` entry is ``first_id + j``. ``classes`` (int64 ``[len(episodes), ways]``,
+        positions in this sampler's class list, distinct within a row; e.g. a
+        :class:`~lightning_episodes.data.TaskSampler`'s choice) replaces the uniform choice of classes: the images
+        of each class are still drawn from the episode's own random numbers.
+
+        Raises:
+            ValueError: if ``classes`` has another shape or holds a position outside the class list.
         """
         prefix = _mix(0, seed, STREAMS[stream], step)  # mix_seed(seed, stream, step, j) == _mix(prefix, j) >> 1
         seeds = [_mix(prefix, j) >> 1 for j in episodes]
@@ -230,7 +244,10 @@ class EpisodeSampler:
         uniforms = torch.stack(
             [torch.rand(width, generator=generator.manual_seed(s), dtype=torch.float64) for s in seeds]
         )
-        chosen = self._choose_classes(uniforms[:, :class_width], seeds)  # [B, ways] positions in self.classes
+        if classes is None:
+            chosen = self._choose_classes(uniforms[:, :class_width], seeds)  # [B, ways] positions in self.classes
+        else:
+            chosen = self._given_classes(classes, len(seeds))
         sample_u = uniforms[:, class_width:].view(-1, self.ways, sample_width)
         picked = self._choose_samples(sample_u, chosen, seeds)  # [B, ways, k+q] positions within each class
         rows = self.table.view(-1).take(picked.add_(chosen[..., None] * self.table.shape[1]))
@@ -240,6 +257,14 @@ class EpisodeSampler:
             query_indices=rows[..., self.shots :],
             episode_ids=torch.as_tensor(list(episodes), dtype=torch.long).add_(first_id),
         )
+
+    def _given_classes(self, classes: Tensor, episodes: int) -> Tensor:
+        chosen = torch.as_tensor(classes, dtype=torch.long)
+        if chosen.shape != (episodes, self.ways):
+            raise ValueError(f"classes must have shape {(episodes, self.ways)}, got {tuple(chosen.shape)}")
+        if chosen.numel() and not (int(chosen.min()) >= 0 and int(chosen.max()) < self.num_classes):
+            raise ValueError(f"classes must be positions in 0..{self.num_classes - 1}, got {chosen.tolist()}")
+        return chosen.clone()
 
     def _choose_classes(self, uniforms: Tensor, seeds: list[int]) -> Tensor:
         if self.class_draws is None:

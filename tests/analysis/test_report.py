@@ -533,3 +533,15 @@ def test_study_plot_puts_at_most_two_benchmarks_side_by_side(tmp_path: Path) -> 
     assert titles[2][0] == labels[2]
     assert [ax.get_ylabel() for ax in grid[3]][0] == "validation accuracy (%)"
     assert [ax.get_visible() for row in grid for ax in row] == [True] * 4 + [True, False, True, False]
+
+
+def test_a_task_samplers_runs_are_a_row_of_their_own(tmp_path: Path) -> None:
+    """Plain weighting with classes chosen by a task sampler is not the baseline: its records name the sampler."""
+    data = {"dataset": "mini-imagenet", "ways": 5, "shots": 1, "eval_ways": None, "seed": 0, "test_split": "test"}
+    mining = "HardTaskMining(hard_fraction=0.5, buffer_size=50, warmup_steps=32)"
+    write_run(tmp_path / "baseline", 0.47, 0.01, sampling=sampling(target="baseline"))
+    chosen = {**data, "task_sampler": mining}
+    write_run(tmp_path / "mining", 0.49, 0.01, sampling=sampling(target="baseline"), data=chosen)
+    write_run(tmp_path / "both", 0.50, 0.01, sampling=sampling(target="uniform"), data=chosen)
+    rows = [row.scheme for row in build_table(load(tmp_path)).rows]
+    assert rows == ["baseline", f"baseline (task_sampler={mining})", f"uniform (online, task_sampler={mining})"]

@@ -34,9 +34,10 @@ CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 DATA = sorted(CONFIGS.glob("data/*.yaml"))
 MODELS = sorted(CONFIGS.glob("models/*.yaml"))
 SAMPLING = sorted(CONFIGS.glob("sampling/*.yaml"))
+TASK_SAMPLING = sorted(CONFIGS.glob("task_sampling/*.yaml"))  # data.task_sampler alone: composes with a SAMPLING file
 TRAINER = sorted(CONFIGS.glob("trainer/*.yaml"))
 STANDALONE = sorted(CONFIGS.glob("*.yaml"))  # the quickstart: data, model, trainer and callbacks in one file
-GROUPS = {"data", "models", "sampling", "trainer"}
+GROUPS = {"data", "models", "sampling", "task_sampling", "trainer"}
 #: Files in other folders (e.g. configs/feat/): protocols that patch a model file's arguments, or that set a model.
 OTHERS = sorted(p for p in CONFIGS.glob("*/*.yaml") if p.parent.name not in GROUPS)
 #: Data files of the paper's scenarios (the others are cross-domain patches or the embedded dataset).
@@ -102,10 +103,13 @@ def test_trainer_files_set_no_lists(path: Path) -> None:
 
 def test_every_combination_has_disjoint_groups() -> None:
     """Only a trainer file may override another group's key (the schedule of a data file), and only on purpose."""
-    keys = {path: set(leaves(load(path))) for path in [*DATA, *MODELS, *SAMPLING, *TRAINER]}
+    keys = {path: set(leaves(load(path))) for path in [*DATA, *MODELS, *SAMPLING, *TASK_SAMPLING, *TRAINER]}
     for data, model, sampling in itertools.product(DATA, MODELS, SAMPLING):
         assert not keys[data] & keys[model], (data, model)
         assert not (keys[data] | keys[model]) & keys[sampling], (data, model, sampling)
+    for tasks, other in itertools.product(TASK_SAMPLING, [*DATA, *MODELS, *SAMPLING, *TRAINER]):
+        assert all(key.startswith("data.init_args.task_sampler.") for key in keys[tasks]), tasks
+        assert not keys[tasks] & keys[other], (tasks, other)
     for trainer, other in itertools.product(TRAINER, [*MODELS, *SAMPLING]):
         assert not keys[trainer] & keys[other], (trainer, other)
     for trainer, data in itertools.product(TRAINER, DATA):

@@ -1,0 +1,100 @@
+r"""
+Task-sampler feedback
+^^^^^^^^^^^^^^^^^^^^^
+
+Feeds an adaptive :class:`~lightning_episodes.data.TaskSampler` (``data.task_sampler``) what the model did on each
+step's training episodes: their classes, losses and (for samplers that need it) soft confusions, gathered over every
+rank in rank order so that every rank updates the same state. The data module checkpoints that state. Every
+command-line run has one (a default callback); it is idle without an adaptive sampler.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytorch_lightning as pl
+import torch
+from pytorch_lightning.callbacks import Callback
+from torch import Tensor
+from typing_extensions import override
+
+from lightning_episodes.algorithms.base import EpisodicModule
+from lightning_episodes.data.datamodule import EpisodicDataModule
+from lightning_episodes.data.episode import Episode
+
+__all__ = ["TaskSamplerFeedback", "soft_confusion"]
+
+
+def soft_confusion(query_logits: Tensor, query_labels: Tensor, ways: int) -> Tensor:
+    """``[B, ways, ways]``: entry ``(e, i, j)`` is the mean softmax probability of class ``j`` over episode ``e``'s
+    queries of class ``i`` (each row sums to 1; a class without queries has a zero row).
+
+    Example::
+
+        >>> logits = torch.tensor([[[2.0, 0.0], [0.0, 0.0], [0.0, 2.0]]])  # three queries of a 2-way episode
+        >>> soft_confusion(logits, torch.tensor([[0, 0, 1]]), 2).round(decimals=3).tolist()
+        [[[0.69, 0.31], [0.119, 0.881]]]
+    """
+    probabilities = torch.softmax(query_logits.detach().double(), dim=-1)  # [B, Q, ways]
+    one_hot = torch.nn.functional.one_hot(query_labels.long(), ways).double()  # [B, Q, ways]
+    totals = one_hot.transpose(1, 2) @ probabilities  # [B, ways(true), ways(predicted)]
+    counts = one_hot.sum(1)[..., None]
+    return totals / counts.clamp(min=1.0)
+
+
+class TaskSamplerFeedback(Callback):
+    """Updates the data module's adaptive task sampler after every training step (see the module's docstring).
+
+    The command line adds it to every run; a Trainer built in Python needs it in its callbacks beside an adaptive
+    ``data.task_sampler`` (the data module refuses to fit one without it). Without an adaptive sampler it does
+    nothing.
+
+    Raises:
+        ValueError: at ``setup("fit")``, for a sampler that needs the model's confusions with a model that gives no
+            query logits.
+    """
+
+    #: what the data module looks for on the Trainer's callbacks
+    feeds_task_sampler = True
+
+    def __init__(self) -> None:
+        #: whether this fit has an adaptive sampler to feed (set at ``setup``)
+        self.active = False
+
+    @override
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        datamodule = getattr(trainer, "datamodule", None)
+        sampler = datamodule.task_sampler if isinstance(datamodule, EpisodicDataModule) else None
+        self.active = stage == "fit" and sampler is not None and sampler.adaptive
+        if self.active and sampler is not None and sampler.needs_confusion and not _gives_query_logits(pl_module):
+            raise ValueError(
+                f"data.task_sampler={sampler!r} learns from the model's confusions, which "
+                f"{type(pl_module).__name__} does not give (its training loss does not come from query_logits)"
+            )
+
+    @override
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        datamodule = trainer.datamodule  # type: ignore[attr-defined]
+        if not self.active or not isinstance(outputs, dict) or not isinstance(batch, Episode):
+            return
+        sampler = datamodule.task_sampler
+        classes = batch.identity.classes
+        confusion = None
+        if sampler.needs_confusion:
+            confusion = soft_confusion(outputs["query_logits"], batch.query_labels, classes.shape[1])
+        gather = trainer.strategy.all_gather  # (W, B_local, ...) under DDP, unchanged in one process: rank order
+        parts = [classes, outputs["difficulties"].detach().double()] + ([] if confusion is None else [confusion])
+        gathered = [gather(part).reshape(-1, *part.shape[1:]) for part in parts]
+        step = int(batch.identity.episode_ids[0]) // datamodule.episodes_per_batch
+        datamodule.task_feedback(step, gathered[0], gathered[1], None if confusion is None else gathered[2])
+
+
+def _gives_query_logits(module: pl.LightningModule) -> bool:
+    """Whether the module's training losses come from ``query_logits`` (the default ``episode_losses``), which then
+    reach the training step's outputs (not from a replayed CUDA graph, which returns the losses alone)."""
+    if not isinstance(module, EpisodicModule) or getattr(module, "cuda_graphs", False):
+        return False
+    kind = type(module)
+    return kind.query_logits is not EpisodicModule.query_logits and kind.episode_losses is EpisodicModule.episode_losses
