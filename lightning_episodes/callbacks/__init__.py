@@ -14,7 +14,7 @@ from lightning_episodes.callbacks.difficulty_weighting import (
 )
 from lightning_episodes.callbacks.nonfinite import NonFiniteError, NonFiniteGuard
 from lightning_episodes.callbacks.preemption import PreemptionHandler
-from lightning_episodes.callbacks.test_results import TestResultsWriter
+from lightning_episodes.callbacks.results import TestResultsWriter
 
 __all__ = [
     "ESTIMATES",

@@ -19,7 +19,7 @@ from pytorch_lightning.callbacks import Callback
 
 from lightning_episodes.callbacks.nonfinite import NonFiniteGuard
 from lightning_episodes.callbacks.preemption import PreemptionHandler
-from lightning_episodes.callbacks.test_results import TestResultsWriter
+from lightning_episodes.callbacks.results import TestResultsWriter
 
 __all__ = ["DEFAULT_CALLBACKS", "default_callbacks"]
 

@@ -456,7 +456,7 @@ def test_the_legacy_defaults_are_this_versions_callback_defaults() -> None:
 def test_the_writer_records_the_defaults_of_the_callback_that_ran() -> None:
     from types import SimpleNamespace
 
-    from lightning_episodes.callbacks.test_results import sampling_defaults, sampling_record
+    from lightning_episodes.callbacks.results import sampling_defaults, sampling_record
 
     class Slow(DifficultyWeightingCallback):
         def __init__(self, decay: float = 0.5, **kwargs: Any) -> None:
