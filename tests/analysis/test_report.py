@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import inspect
 import io
 import itertools
 import json
@@ -439,18 +438,6 @@ def test_a_record_names_the_options_that_differ_from_its_own_defaults(tmp_path: 
     assert row.options == (("warmup_steps", "50"),)
     row = read_result(write_run(tmp_path / "legacy", 0.5, 0.01, sampling=record)).row
     assert row.options == (("decay", "0.5"), ("warmup_steps", "50"))
-
-
-def test_the_legacy_defaults_are_this_versions_callback_defaults() -> None:
-    """The defaults that older records were written with. When a default of the callback changes, this table keeps
-    the old value (older records were written with it) and this test lists the difference."""
-    from lightning_episodes.evaluation.record import LEGACY_SAMPLING_DEFAULTS
-
-    assert dict(LEGACY_SAMPLING_DEFAULTS) == {
-        name: parameter.default
-        for name, parameter in inspect.signature(DifficultyWeightingCallback.__init__).parameters.items()
-        if parameter.default is not inspect.Parameter.empty
-    }
 
 
 def test_the_writer_records_the_defaults_of_the_callback_that_ran() -> None:
