@@ -14,8 +14,8 @@ from lightning_episodes.callbacks.difficulty_weighting import (
 )
 from lightning_episodes.callbacks.nonfinite import NonFiniteError, NonFiniteGuard
 from lightning_episodes.callbacks.preemption import PreemptionHandler
+from lightning_episodes.callbacks.results import TestResultsWriter
 from lightning_episodes.callbacks.task_sampling import TaskSamplerFeedback
-from lightning_episodes.callbacks.test_results import TestResultsWriter
 
 __all__ = [
     "ESTIMATES",

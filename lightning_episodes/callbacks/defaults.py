@@ -19,8 +19,8 @@ from pytorch_lightning.callbacks import Callback
 
 from lightning_episodes.callbacks.nonfinite import NonFiniteGuard
 from lightning_episodes.callbacks.preemption import PreemptionHandler
+from lightning_episodes.callbacks.results import TestResultsWriter
 from lightning_episodes.callbacks.task_sampling import TaskSamplerFeedback
-from lightning_episodes.callbacks.test_results import TestResultsWriter
 
 __all__ = ["DEFAULT_CALLBACKS", "default_callbacks"]
 

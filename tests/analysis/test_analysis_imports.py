@@ -1,6 +1,6 @@
 """`lightning_episodes.analysis` is a library of statistics and reports: the command-line programs built on it live
 in `lightning_episodes.commands`, and no import runs back from the library to them. Scoring and the per-episode
-tables moved to `lightning_episodes.evaluation`; their old import paths still work."""
+tables live in `lightning_episodes.evaluation`; the package still exports the tables' names."""
 
 from __future__ import annotations
 
@@ -33,11 +33,7 @@ def test_an_analysis_module_imports_no_command_line(path: Path) -> None:
 
 def test_the_names_that_moved_to_evaluation_still_import_from_analysis() -> None:
     import lightning_episodes.analysis as analysis
-    import lightning_episodes.analysis.scoring as old_scoring
-    import lightning_episodes.analysis.tables as old_tables
     import lightning_episodes.evaluation as evaluation
 
     for name in ("DifficultyTable", "EpisodeRecord", "JoinedDifficulties", "join_on_episode"):
-        assert getattr(analysis, name) is getattr(evaluation, name) is getattr(old_tables, name)
-    for name in old_scoring.__all__:
-        assert getattr(old_scoring, name) is getattr(evaluation, name)
+        assert getattr(analysis, name) is getattr(evaluation, name)

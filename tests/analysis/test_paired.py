@@ -1,25 +1,19 @@
-"""The paired per-episode difference of two sampling schemes: hand-computed, against scipy, its properties, and the
-scores it pairs (the checkpoint's test split scored as `lightning-episodes compare` does reproduces the test metric)."""
+"""The paired per-episode difference of two sampling schemes: hand-computed, against scipy, and its properties (the
+scores it pairs: tests/evaluation/test_scoring.py)."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-import pytorch_lightning as pl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from lightning_episodes import ProtoNet
-from lightning_episodes.algorithms.loading import load_episodic_module
 from lightning_episodes.analysis import DifficultyTable, EpisodeRecord, paired_difference
-from lightning_episodes.evaluation.scoring import checkpoint_datamodule, score_episodes
-from tests.helpers import tiny_datamodule, tiny_trainer
 
 
 def table(accuracies: Sequence[float | None], ids: Sequence[int] | None = None, data_seed: int = 0) -> DifficultyTable:
@@ -186,21 +180,3 @@ def test_mismatched_tables_are_named(baseline: list, treatment: list, message: s
 def test_a_table_cannot_repeat_an_episode() -> None:
     with pytest.raises(ValueError, match="repeated"):
         table([0.1, 0.2, 0.3], ids=[0, 1, 1])
-
-
-# -- the scored test episodes are the tested ones ------------------------------------------------------------------
-
-
-def test_scoring_the_test_split_reproduces_the_test_metric(tmp_path: Path) -> None:
-    pl.seed_everything(0)
-    datamodule = tiny_datamodule(test_episodes=30, eval_episodes_per_batch=4)
-    trainer = tiny_trainer(max_steps=3, limit_val_batches=0)
-    trainer.fit(ProtoNet(image_size=16), datamodule)
-    checkpoint = tmp_path / "protonet.ckpt"
-    trainer.save_checkpoint(checkpoint)
-    metrics = tiny_trainer().test(load_episodic_module(checkpoint), tiny_datamodule(test_episodes=30))[0]
-    # scored as `compare` does: the checkpoint's data settings, the test split, as many episodes as the test
-    scores = score_episodes(load_episodic_module(checkpoint), checkpoint_datamodule(checkpoint), 30, "test", 7)
-    assert scores.accuracy.mean() == pytest.approx(metrics["test/acc"], abs=1e-6)
-    assert 1.96 * scores.accuracy.std() / math.sqrt(30) == pytest.approx(metrics["test/acc_ci95"], abs=1e-6)
-    assert 0 < scores.accuracy.mean() < 1

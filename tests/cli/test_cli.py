@@ -91,16 +91,3 @@ def test_best_without_a_fit_is_a_clear_error(tmp_path: Path, capsys: pytest.Capt
         f"error: --ckpt_path best: no last.ckpt in {tmp_path / 'checkpoints'}: "
         "has a fit with this configuration saved one?"
     )
-
-
-def test_the_scenario_hash_ignores_the_training_seed_only() -> None:
-    from lightning_episodes.evaluation.record import scenario_hash as _scenario_hash
-
-    hparams = {"backbone": "conv4", "distance": "euclidean"}
-    data = {"dataset": "glyphs", "ways": 5, "shots": 1, "seed": 0, "train_seed": 0}
-    same = _scenario_hash(hparams, data)
-    assert _scenario_hash(hparams, {**data, "train_seed": 2}) == same
-    assert _scenario_hash(hparams, {k: v for k, v in data.items() if k != "train_seed"}) == same
-    assert _scenario_hash(hparams, {**data, "seed": 1}) != same  # other test episodes: another scenario
-    assert _scenario_hash(hparams, {**data, "shots": 5}) != same
-    assert _scenario_hash({**hparams, "distance": "cosine"}, data) != same

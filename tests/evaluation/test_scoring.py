@@ -1,20 +1,25 @@
-"""score_episodes: fixed episodes scored as at evaluation, joinable by id (the command: tests/cli)."""
+"""score_episodes: fixed episodes scored as at evaluation, joinable by id; a checkpoint's test split scored as
+`lightning-episodes compare` does reproduces its test metric (the commands: tests/commands)."""
 
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import pytest
+import pytorch_lightning as pl
 import torch
 
 from lightning_episodes import Episode, EpisodeIdentity, EpisodicDataModule, EpisodicModule, ProtoNet
 from lightning_episodes.algorithms import ANIL, MAML
-from lightning_episodes.analysis import DifficultyTable, join_on_episode
-from lightning_episodes.evaluation.scoring import score_episodes, scoring_identities
+from lightning_episodes.algorithms.loading import load_episodic_module
+from lightning_episodes.evaluation import DifficultyTable, join_on_episode
+from lightning_episodes.evaluation.scoring import checkpoint_datamodule, score_episodes, scoring_identities
 from lightning_episodes.models import set_eval_batch_norm
-from tests.helpers import tiny_datamodule
+from tests.helpers import tiny_datamodule, tiny_trainer
 
 ALGORITHMS: dict[str, Callable[[], EpisodicModule]] = {
     "protonet": lambda: ProtoNet(image_size=16),
@@ -156,3 +161,18 @@ def test_identities_without_images_equal_the_scored_ones() -> None:
 def test_invalid_arguments_are_named(options: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         score_episodes(ProtoNet(image_size=16), tiny_datamodule(), **options)
+
+
+def test_scoring_the_test_split_reproduces_the_test_metric(tmp_path: Path) -> None:
+    pl.seed_everything(0)
+    datamodule = tiny_datamodule(test_episodes=30, eval_episodes_per_batch=4)
+    trainer = tiny_trainer(max_steps=3, limit_val_batches=0)
+    trainer.fit(ProtoNet(image_size=16), datamodule)
+    checkpoint = tmp_path / "protonet.ckpt"
+    trainer.save_checkpoint(checkpoint)
+    metrics = tiny_trainer().test(load_episodic_module(checkpoint), tiny_datamodule(test_episodes=30))[0]
+    # scored as `compare` does: the checkpoint's data settings, the test split, as many episodes as the test
+    scores = score_episodes(load_episodic_module(checkpoint), checkpoint_datamodule(checkpoint), 30, "test", 7)
+    assert scores.accuracy.mean() == pytest.approx(metrics["test/acc"], abs=1e-6)
+    assert 1.96 * scores.accuracy.std() / math.sqrt(30) == pytest.approx(metrics["test/acc_ci95"], abs=1e-6)
+    assert 0 < scores.accuracy.mean() < 1

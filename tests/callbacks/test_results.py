@@ -1,6 +1,7 @@
 """A test run writes ``test_episodes.csv`` beside ``test_results.json``: each fixed test episode's identity (what
 scoring the same data module names) and the difficulty and accuracy the test computed, whose mean is the recorded
-accuracy; a test of anything else leaves no table (an earlier test's is removed, not left to be mistaken for it)."""
+accuracy; a test of anything else leaves no table (an earlier test's is removed, not left to be mistaken for it); the
+record names the options and the defaults of the weighting callback that ran."""
 
 from __future__ import annotations
 
@@ -8,13 +9,15 @@ import csv
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 from pytorch_lightning.loggers import CSVLogger
 
 from lightning_episodes import ProtoNet
-from lightning_episodes.callbacks import TestResultsWriter
+from lightning_episodes.analysis.report import scheme_of
+from lightning_episodes.callbacks import DifficultyWeightingCallback, TestResultsWriter
 from lightning_episodes.evaluation import (
     RESULTS_FILE,
     SCORES_FILE,
@@ -22,6 +25,7 @@ from lightning_episodes.evaluation import (
     score_episodes,
     scoring_identities,
 )
+from tests.analysis.helpers import DEFAULTS
 from tests.helpers import tiny_cli_options, tiny_datamodule, tiny_trainer
 
 
@@ -107,3 +111,22 @@ def test_the_record_keeps_the_whole_validation_curve(tmp_path: Path) -> None:
     assert [accuracy for _, accuracy in record["validation"]] == pytest.approx([accuracy for _, accuracy in logged])
     state = torch.load(tmp_path / "ckpt/last.ckpt", weights_only=True)["callbacks"]["TestResultsWriter"]
     assert state["validation"] == record["validation"]
+
+
+def test_the_writer_records_the_defaults_of_the_callback_that_ran() -> None:
+    from types import SimpleNamespace
+
+    from lightning_episodes.callbacks.results import sampling_defaults, sampling_record
+
+    class Slow(DifficultyWeightingCallback):
+        def __init__(self, decay: float = 0.5, **kwargs: Any) -> None:
+            super().__init__(decay=decay, **kwargs)
+
+    trainer: Any = SimpleNamespace(callbacks=[Slow(warmup_steps=50)])
+    defaults = sampling_defaults(trainer)
+    assert defaults == {**DEFAULTS, "decay": 0.5}
+    record = sampling_record(trainer)
+    assert record is not None
+    assert defaults is not None
+    assert scheme_of(record, defaults) == ("uniform", "online", (("warmup_steps", "50"),))  # decay is at its default
+    assert sampling_defaults(SimpleNamespace(callbacks=[])) is None  # type: ignore[arg-type]

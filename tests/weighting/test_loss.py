@@ -16,7 +16,7 @@ from lightning_episodes.weighting import (
     weighted_loss,
 )
 
-# The hand-computed batch of test_importance_weights: mu = 2, sigma = 0.5, uniform target, L = Omega.
+# The hand-computed batch of test_weights.py: mu = 2, sigma = 0.5, uniform target, L = Omega.
 LOSSES = [2.0, 2.5, 1.0, 3.5]
 WEIGHTS = [0.48098114501548433, 0.793003844592732, 3.5539966630473123, 0.0]
 # sum w = 4.827981652655529, sum w^2 = 13.49109024035069, ESS = 1.7277630216023598,
@@ -36,7 +36,7 @@ def test_hand_computed_ess_and_loss() -> None:
     assert out.nonfinite == 0
     assert not out.skipped
     assert out.batch_over_ess.item() == pytest.approx(4 / 1.7277630216023598, rel=1e-13)
-    # The weights of test_importance_weights' batch are these weights.
+    # The weights of test_weights.py's batch are these weights.
     computed = importance_weights(losses, 2.0, 0.5)
     assert computed.tolist() == pytest.approx(WEIGHTS, rel=1e-12)
     # Small integers: w = [1, 2, 0, 1], L = [1, 2, 3, 4]: ESS = 16 / 6, sum w L = 9.

@@ -9,13 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from lightning_episodes.analysis import (
-    DifficultyTable,
-    EpisodeRecord,
-    JoinedDifficulties,
-    join_on_episode,
-    rank_correlation,
-)
+from lightning_episodes.analysis import rank_correlation
+from lightning_episodes.evaluation import DifficultyTable, EpisodeRecord, JoinedDifficulties, join_on_episode
 
 
 def make_table(n: int = 6, seed: int = 0, with_accuracy: bool = True) -> DifficultyTable:

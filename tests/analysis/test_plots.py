@@ -1,7 +1,9 @@
-"""Tests for the §4.2 plots: the artists drawn, their data against independent references, PNG output."""
+"""Tests for the §4.2 plots: the artists drawn, their data against independent references, PNG output; the study's
+figure of a results table (its labels and layout)."""
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import matplotlib
@@ -23,6 +25,8 @@ from lightning_episodes.analysis import (  # noqa: E402
     plot_transfer,
     rank_correlation,
 )
+from lightning_episodes.analysis.report import build_table  # noqa: E402
+from tests.analysis.helpers import load, sampling, weighting, write_run  # noqa: E402
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -154,3 +158,66 @@ def test_plots_leave_pyplot_alone(values: np.ndarray) -> None:
     plot_transfer(values, values**2)
     plot_trajectories([0, 1], np.stack([values, values]), [0], [1])
     assert plt.get_fignums() == before
+
+
+def test_study_plot_wraps_long_arm_names_under_the_accuracies(tmp_path: Path) -> None:
+    """An arm named by several options (the resampling placebo) wraps into lines of at most ``TICK_WIDTH``
+    characters, each break at a space, instead of running into its neighbour's label; the seeds go on the last line."""
+    from lightning_episodes.analysis.plots import TICK_WIDTH, plot_study
+
+    write_run(tmp_path / "base", 0.55, 0.01, [weighting("baseline")])
+    long = sampling(target="uniform", mode="resample", shuffle_weights=True)
+    write_run(tmp_path / "placebo", 0.56, 0.01, sampling=long)
+    runs = load(tmp_path)
+    figure = plot_study(build_table(runs), runs)
+    labels = [tick.get_text() for tick in figure.axes[0].get_xticklabels()]
+    assert labels[0] == "baseline\n(1 seed)"
+    assert labels[1].split("\n") == ["uniform (online,", "mode=resample,", "shuffle_weights=true)", "(1 seed)"]
+    assert all(len(line) <= TICK_WIDTH for label in labels for line in label.split("\n"))
+
+
+def test_study_plot_labels_do_not_overlap_however_many_arms(tmp_path: Path) -> None:
+    """The figure widens with the arms of its fullest benchmark: the rendered labels of six arms with long names
+    (the study's four cells hold up to six) stay apart."""
+    from lightning_episodes.analysis.plots import plot_study
+
+    arms = [
+        {"target": "uniform"},
+        {"target": "uniform", "normalization": "psis"},
+        {"target": "uniform", "shuffle_weights": True},
+        {"target": "uniform", "mode": "resample"},
+        {"target": "uniform", "mode": "resample", "shuffle_weights": True},
+    ]
+    write_run(tmp_path / "base", 0.55, 0.01, [weighting("baseline")])
+    for k, options in enumerate(arms):
+        write_run(tmp_path / f"arm{k}", 0.5, 0.01, sampling=sampling(**options))
+    runs = load(tmp_path)
+    figure = plot_study(build_table(runs), runs)
+    figure.canvas.draw()
+    labels = figure.axes[0].get_xticklabels()
+    assert len(labels) == 6
+    boxes = sorted((label.get_window_extent() for label in labels), key=lambda box: box.x0)
+    assert all(left.x1 < right.x0 for left, right in itertools.pairwise(boxes))
+
+
+def test_study_plot_puts_at_most_two_benchmarks_side_by_side(tmp_path: Path) -> None:
+    """Three benchmarks: two side by side, the third below the first (its accuracies over its curves), the empty
+    place beside it hidden; the figure is two columns wide, not three."""
+    from lightning_episodes.analysis.plots import COLUMNS_PER_ROW, plot_study
+
+    assert COLUMNS_PER_ROW == 2
+    for dataset in ("glyphs", "glyphs-hard", "glyphs-100"):
+        write_run(tmp_path / dataset / "base", 0.55, 0.01, [weighting("baseline")], dataset=dataset)
+        write_run(tmp_path / dataset / "uniform", 0.50, 0.01, sampling=sampling(target="uniform"), dataset=dataset)
+    runs = load(tmp_path)
+    table = build_table(runs)
+    assert len(table.columns) == 3
+    figure = plot_study(table, runs)
+    assert figure.get_size_inches() == pytest.approx((2 * 5.0, 2 * 7.0))
+    grid = [[figure.axes[2 * row + i] for i in range(2)] for row in range(4)]  # subplots' row-major order, 4 x 2
+    titles = [[ax.get_title() for ax in row] for row in grid]
+    labels = [column.label for column in table.columns]
+    assert titles[0] == labels[:2]
+    assert titles[2][0] == labels[2]
+    assert [ax.get_ylabel() for ax in grid[3]][0] == "validation accuracy (%)"
+    assert [ax.get_visible() for row in grid for ax in row] == [True] * 4 + [True, False, True, False]

@@ -1,0 +1,89 @@
+"""`lightning-episodes report`: the table it prints and writes (Markdown, CSV, the figure), as `python -m`, its
+warnings and errors; the table itself is tested in tests/analysis/test_report.py."""
+
+from __future__ import annotations
+
+import runpy
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+from lightning_episodes.analysis.report import build_table
+from lightning_episodes.commands.report import main
+from tests.analysis.helpers import load, weighting, write_run, write_runs
+
+
+@pytest.fixture
+def runs(tmp_path: Path) -> Path:
+    """The column of :func:`~tests.analysis.helpers.write_runs`, worked out by hand."""
+    return write_runs(tmp_path)
+
+
+def test_command(runs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (runs / "broken").mkdir()
+    (runs / "broken" / "test_results.json").write_text("{not json")
+    with pytest.warns(UserWarning, match="skipping"):
+        code = main([str(runs), "--markdown", str(tmp_path / "out/table.md"), "--csv", str(tmp_path / "out/t.csv")])
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert printed == (tmp_path / "out/table.md").read_text()
+    assert "**52.00 ± 0.80**†" in printed
+    (runs / "broken" / "test_results.json").unlink()
+    assert (tmp_path / "out/t.csv").read_text() == build_table(load(runs)).to_csv()
+
+
+def test_the_command_warns_when_records_come_from_different_versions(tmp_path: Path) -> None:
+    made = {"python": "3.11.7", "torch": "2.14.1", "numpy": "2.4.6", "cpu": "Intel Xeon"}
+    write_run(tmp_path / "a", 0.50, 0.01, environment=made)
+    write_run(tmp_path / "b", 0.51, 0.01, seed=1, environment={**made, "cpu": "AMD EPYC"})  # the CPU alone: no warning
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert main([str(tmp_path)]) == 0
+    write_run(tmp_path / "c", 0.52, 0.01, seed=2, environment={**made, "numpy": "2.5.0"})
+    write_run(tmp_path / "d", 0.53, 0.01, seed=3)  # an older record, without versions, says nothing
+    with pytest.warns(UserWarning, match=r"made with different versions: numpy 2\.4\.6 / 2\.5\.0$"):
+        assert main([str(tmp_path)]) == 0
+
+
+def test_command_without_results(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([str(tmp_path)]) == 2
+    assert "no test_results.json" in capsys.readouterr().err
+
+
+@pytest.mark.filterwarnings("ignore:.*found in sys.modules:RuntimeWarning")
+def test_runs_as_a_module(runs: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(sys, "argv", ["lightning_episodes", "report", str(runs), "--bold-within", "scenario"])
+    with pytest.raises(SystemExit) as exit_info:  # python -m lightning_episodes report ...
+        runpy.run_module("lightning_episodes", run_name="__main__")
+    assert exit_info.value.code == 0
+    assert "| MAML | baseline | **47.00 ± 1.00** |" in capsys.readouterr().out
+
+
+def test_best_step_and_convergence_by_hand(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Run a peaks at step 600 of 900 (converged); run b's best is its last (not converged); on a tie the first
+    best counts, as the checkpoint callback keeps it (run c peaks at 300); an old record has no curve."""
+    curves = {
+        "a": [[300, 0.40], [600, 0.47], [900, 0.45]],
+        "b": [[300, 0.40], [600, 0.44], [900, 0.46]],
+        "c": [[300, 0.45], [600, 0.45], [900, 0.44]],
+    }
+    for seed, (name, curve) in enumerate(curves.items()):
+        write_run(tmp_path / name, 0.45, 0.01, [weighting("uniform")], seed=seed, validation=curve)
+    write_run(tmp_path / "old", 0.45, 0.01, [weighting("baseline")])
+    runs = {r.path.parent.name: r for r in load(tmp_path)}
+    assert [(runs[n].best_step, runs[n].converged) for n in "abc"] == [(600, True), (900, False), (300, True)]
+    assert (runs["old"].validation, runs["old"].best_step, runs["old"].converged) == ((), None, None)
+
+    plot = tmp_path / "out/study.png"
+    assert main([str(tmp_path), "--plot", str(plot)]) == 0
+    printed = capsys.readouterr().out
+    lines = [line for line in printed.splitlines() if line.startswith("| Mini-ImageNet")]
+    benchmark = "| Mini-ImageNet, Conv-4, 5-way 1-shot | uniform (online)"
+    assert lines == [  # best and last validation with their steps: a falls 2 points after its peak, c 1
+        f"{benchmark} | 0 | 45.00 ± 1.00 | 47.00 | 600 | 45.00 | 900 | yes |",
+        f"{benchmark} | 1 | 45.00 ± 1.00 | 46.00 | 900 | 46.00 | 900 | no |",
+        f"{benchmark} | 2 | 45.00 ± 1.00 | 45.00 | 300 | 44.00 | 900 | yes |",
+    ]
+    assert plot.read_bytes().startswith(b"\x89PNG"), "a PNG figure"

@@ -1,0 +1,1 @@
+"""Tests of lightning_episodes.evaluation."""
