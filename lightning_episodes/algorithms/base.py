@@ -16,6 +16,7 @@ from pytorch_lightning.cli import LRSchedulerCallable, OptimizerCallable
 from torch import Tensor, nn
 from typing_extensions import override
 
+from lightning_episodes._lightning import logger_writes
 from lightning_episodes.algorithms.functional import query_loss
 from lightning_episodes.algorithms.graphs import GraphedLosses, check_cuda_graphs
 from lightning_episodes.algorithms.interface import (
@@ -42,16 +43,6 @@ __all__ = [
     "default_optimizer",
     "logger_writes",
 ]
-
-
-def logger_writes(trainer: pl.Trainer) -> bool:
-    """Whether the loggers write this training step's metrics: Lightning's own condition (``log_every_n_steps``,
-    every step under ``fast_dev_run``), which its ``LearningRateMonitor`` also reads; the same on every rank.
-
-    Per-step values logged only then are the values the loggers receive, without the cost of ``self.log`` (and of
-    reading them from the device) on the steps in between."""
-    connector = getattr(trainer, "_logger_connector", None)
-    return connector is None or bool(connector.should_update_logs or getattr(trainer, "fast_dev_run", False))
 
 
 def default_optimizer(params: Any) -> torch.optim.Optimizer:

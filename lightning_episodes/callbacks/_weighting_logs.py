@@ -15,7 +15,7 @@ import torch
 from pytorch_lightning.loggers import TensorBoardLogger
 from torch import Tensor
 
-from lightning_episodes.algorithms.base import logger_writes  # the module logs train/* on the same steps
+from lightning_episodes._lightning import logger_writes  # the module logs train/* on the same steps
 
 __all__ = ["WeightingStep", "log_grad_norm", "log_histograms", "log_values", "logger_writes", "step_metrics"]
 
