@@ -13,12 +13,12 @@ from typing import Any, ClassVar, cast
 import pytorch_lightning as pl
 import torch
 from pytorch_lightning.cli import LRSchedulerCallable, OptimizerCallable
-from torch import Tensor, nn
+from torch import Tensor
 from typing_extensions import override
 
 from lightning_episodes._lightning import logger_writes
 from lightning_episodes.algorithms.functional import query_loss
-from lightning_episodes.algorithms.graphs import GraphedLosses, check_cuda_graphs
+from lightning_episodes.algorithms.graphs import GraphedLosses
 from lightning_episodes.algorithms.interface import (
     EpisodeOutput,
     EpisodeSelector,
@@ -29,8 +29,9 @@ from lightning_episodes.algorithms.interface import (
 from lightning_episodes.algorithms.metrics import EpisodeMeanCI, EpisodeScores, ScoredEpisodes
 from lightning_episodes.algorithms.nonfinite import NonFiniteError, nonfinite_flags, nonfinite_report
 from lightning_episodes.algorithms.schedules import check_schedule
+from lightning_episodes.algorithms.speed import configure_speed, use_channels_last
 from lightning_episodes.data.episode import Episode
-from lightning_episodes.models import EpisodicBackbone, EvalBatchNorm, build_backbone, feature_size, set_eval_batch_norm
+from lightning_episodes.models import EvalBatchNorm, build_backbone, feature_size, set_eval_batch_norm
 from lightning_episodes.weighting import EpisodeWeights, WeightedLoss, weighted_loss
 
 __all__ = [
@@ -84,18 +85,15 @@ class EpisodicModule(pl.LightningModule):
             step, cosine, linear; :mod:`~lightning_episodes.algorithms.schedules` anneals to ``trainer.max_steps``).
         eval_batch_norm: batch-norm statistics at evaluation: ``running`` (the running buffers) or
             ``episode`` (each episode's own inputs). Evaluation never changes the model in either mode.
-        channels_last: run the convolutions in the ``channels_last`` (NHWC) memory layout: the weights are
-            converted when a Trainer sets the model up (``configure_model``) and the backbone's images on
-            their way in (see :meth:`use_channels_last`). The same numbers up to float rounding. The layout
-            PyTorch recommends for convolutions on GPUs with tensor cores, above all with
-            ``trainer.precision="bf16-mixed"`` or ``"16-mixed"``; on a 2-core CPU, conv4 steps were 13% slower
-            with it (``benchmarks/compile_step.py``). Default: False.
+        channels_last: run the convolutions in the ``channels_last`` (NHWC) memory layout, the one PyTorch
+            recommends on GPUs with tensor cores (above all with ``trainer.precision`` ``bf16-mixed`` or
+            ``16-mixed``): weights and images are converted when a Trainer sets the model up
+            (:mod:`~lightning_episodes.algorithms.speed`). The same numbers up to float rounding; its speed is
+            measured in docs/benchmarks.md. Default: False.
         compile_backbone: compile the backbone in place with ``torch.compile`` (inductor's default mode) when a
             Trainer sets the model up: the same numbers up to float rounding, faster steps after a one-off
-            compilation (ProtoNet conv4 on a 2-core CPU: training steps 1.3x faster after 1-2 minutes of
-            compiling, see ``benchmarks/compile_step.py``; evaluation compiles its own graph, and new episode
-            shapes compile again). Worth it for long runs; MAML refuses it (its inner loop recompiles). Default:
-            False.
+            compilation (docs/benchmarks.md); evaluation compiles its own graph, and new episode shapes compile
+            again. Worth it for long runs; MAML refuses it (its inner loop recompiles). Default: False.
         cuda_graphs: in ``fit`` on one CUDA device, replay each training batch's episode losses (the backbone's
             forward and backward) as a CUDA graph captured on the first batch of its shape
             (:mod:`lightning_episodes.algorithms.graphs`): the same numbers up to float rounding, without the
@@ -214,32 +212,13 @@ class EpisodicModule(pl.LightningModule):
     # -- memory layout and compilation ---------------------------------------------------------------------
     @override
     def configure_model(self) -> None:
-        # the Trainer calls this before it wraps the model (DDP) and builds the optimiser, in every stage
-        if self.cuda_graphs and self.trainer.state.fn == "fit":
-            check_cuda_graphs(self, self.trainer)
-        if self.channels_last:
-            self.use_channels_last()
-        if self.compile_backbone:
-            backbone = getattr(self, "backbone", None)
-            if not isinstance(backbone, nn.Module):
-                raise ValueError(
-                    f"model.compile_backbone=true needs a `backbone` module; {type(self).__name__} has none"
-                )
-            if getattr(backbone, "_compiled_call_impl", None) is None:  # once: compiling again would start over
-                # in place (not a torch.compile wrapper): parameter names and checkpoints stay the same
-                backbone.compile()
+        configure_speed(self)  # channels_last, compile_backbone, the check of cuda_graphs
 
     def use_channels_last(self) -> None:
-        """Convert every 4-d weight (the convolutions) to ``channels_last`` and make each
-        :class:`~lightning_episodes.models.EpisodicBackbone` convert its images too, so that every
-        convolution, batch norm and pooling runs in that layout (MAML's fast weights inherit it).
-        Idempotent; the Trainer calls it when ``channels_last=True``. A backbone of another type gets
-        channels_last weights only (PyTorch's convolutions then convert their input themselves).
-        """
-        self.to(memory_format=torch.channels_last)
-        for module in self.modules():
-            if isinstance(module, EpisodicBackbone):
-                module.channels_last = True
+        """Run the convolutions in the ``channels_last`` layout, weights and the backbone's images
+        (:func:`~lightning_episodes.algorithms.speed.use_channels_last`). Idempotent; the Trainer calls it when
+        ``channels_last=True``."""
+        use_channels_last(self)
 
     # -- training ------------------------------------------------------------------------------------------
     def _sum_over_ranks(self, x: Tensor) -> Tensor:
