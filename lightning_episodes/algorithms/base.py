@@ -27,7 +27,7 @@ from lightning_episodes.algorithms.interface import (
     check_min,
 )
 from lightning_episodes.algorithms.metrics import EpisodeMeanCI, EpisodeScores, ScoredEpisodes
-from lightning_episodes.algorithms.nonfinite import NonFiniteError, nonfinite_flags, nonfinite_report
+from lightning_episodes.algorithms.nonfinite import EvaluationGuard
 from lightning_episodes.algorithms.schedules import check_schedule
 from lightning_episodes.algorithms.speed import configure_speed, use_channels_last
 from lightning_episodes.data.episode import Episode
@@ -149,7 +149,7 @@ class EpisodicModule(pl.LightningModule):
         #: them as ``test_episodes.csv``, which ``lightning-episodes compare`` reads)
         self.test_episode_scores: ScoredEpisodes | None = None
         self._test_scores = EpisodeScores()
-        self._nonfinite_outputs: Tensor | None = None
+        self._guard = EvaluationGuard()  # no accuracy of a model with NaN or inf parameters or outputs
         #: the backbone's options: the algorithm's :attr:`backbone_defaults` under the user's ``backbone_options``
         self.backbone_options = self.backbone_defaults | (backbone_options or {})
         self._image_shape = (in_channels, image_size)
@@ -295,36 +295,18 @@ class EpisodicModule(pl.LightningModule):
             out = self._output(batch)
         accuracy.update(out.accuracies)
         loss.update(out.losses.detach())
-        # a flag on the device, read once at the end of the evaluation (no host sync per batch)
-        bad = (~(torch.isfinite(out.losses.detach()).all() & torch.isfinite(out.accuracies).all())).float()
-        self._nonfinite_outputs = bad if self._nonfinite_outputs is None else self._nonfinite_outputs.maximum(bad)
+        self._guard.update(out.losses, out.accuracies)
         return out
-
-    def _check_finite(self, stage: str, outputs: Tensor | None = None) -> None:
-        """Raise :class:`~lightning_episodes.algorithms.nonfinite.NonFiniteError` if the parameters, the floating-point
-        buffers (batch-norm statistics) or the evaluated ``outputs`` flag hold NaN or inf on any rank. A collective:
-        every rank calls it and every rank raises."""
-        outputs = torch.zeros((), device=self.device) if outputs is None else outputs.to(self.device)
-        flags = torch.cat([nonfinite_flags(self)[1:], outputs.reshape(1)])
-        bad = [flag > 0 for flag in self.trainer.strategy.reduce(flags, reduce_op="sum").tolist()]
-        if any(bad):
-            what = nonfinite_report(self, [False, *bad[:2]]) if any(bad[:2]) else "non-finite losses or accuracies"
-            raise NonFiniteError(
-                f"{stage}: refusing to evaluate a model with {what}: its accuracy would mean nothing. The model "
-                "diverged in training (see its NonFiniteGuard warnings) or the checkpoint is damaged."
-            )
 
     @override
     def on_validation_start(self) -> None:
-        self._nonfinite_outputs = None
-        self._check_finite("validation")
+        self._guard.start(self, "validation")
 
     @override
     def on_test_start(self) -> None:
-        self._nonfinite_outputs = None
         self._test_scores.reset()
         self.test_episode_scores = None
-        self._check_finite("test")
+        self._guard.start(self, "test")
 
     @override
     def on_validation_model_eval(self) -> None:
@@ -346,8 +328,7 @@ class EpisodicModule(pl.LightningModule):
         self._test_scores.update(batch.identity.episode_ids, out.difficulty, out.accuracies)
 
     def _log_evaluation(self, stage: str, accuracy: EpisodeMeanCI, loss: EpisodeMeanCI) -> dict[str, float]:
-        self._check_finite("validation" if stage == "val" else stage, self._nonfinite_outputs)
-        self._nonfinite_outputs = None
+        self._guard.finish(self, "validation" if stage == "val" else stage)
         mean, ci, count = accuracy.compute()  # sums over ranks: identical everywhere
         results = {
             f"{stage}/acc": float(mean),
