@@ -9,10 +9,10 @@ from typing import Any, ClassVar
 
 import torch
 from pytorch_lightning.cli import LRSchedulerCallable, OptimizerCallable
-from torch import Tensor
+from torch import Tensor, nn
 from typing_extensions import override
 
-from lightning_episodes._lightning import logger_writes
+from lightning_episodes._lightning import given_hyperparameters, logger_writes, record_hyperparameter
 from lightning_episodes.algorithms.evaluate import EpisodicEvaluation
 from lightning_episodes.algorithms.functional import query_loss
 from lightning_episodes.algorithms.graphs import GraphedLosses
@@ -28,7 +28,12 @@ from lightning_episodes.algorithms.record import load_record, save_record
 from lightning_episodes.algorithms.schedules import check_schedule, default_optimizer
 from lightning_episodes.algorithms.speed import configure_speed, use_channels_last
 from lightning_episodes.data.episode import Episode
-from lightning_episodes.models import EvalBatchNorm, build_backbone, feature_size
+from lightning_episodes.models import (
+    EvalBatchNorm,
+    build_episodic_backbone,
+    feature_size,
+    load_backbone_weights,
+)
 from lightning_episodes.weighting import EpisodeWeights, weighted_loss
 
 __all__ = [
@@ -60,8 +65,13 @@ class EpisodicModule(EpisodicEvaluation):
     to every Trainer without its own; in Python, :func:`~lightning_episodes.callbacks.default_callbacks` gives them.
 
     Args:
-        backbone: registered backbone name (``conv4``, ``resnet12``, ``resnet12-wide``).
-        backbone_options: extra keyword arguments for the backbone.
+        backbone: a registered backbone name (``conv4``, ``resnet12``, ``resnet12-wide``) or an ``nn.Module``: in
+            YAML ``{class_path: torchvision.models.ResNet, init_args: {...}}`` (any importable ``nn.Module`` class,
+            yours too), on the command line ``--model.backbone CLASS --model.backbone.init_args.NAME VALUE``; in
+            Python the same dict (which checkpoints record), or a module (then pass it again to
+            ``load_from_checkpoint``). A module mapping ``[M, C, H, W]`` to ``[M, ...]`` runs per episode
+            (:class:`~lightning_episodes.models.EpisodeAdapter`); docs/guides/own-backbone.md.
+        backbone_options: extra keyword arguments for a registered backbone.
         in_channels: image channels (linked from ``data.channels`` by the CLI).
         image_size: image height and width (linked from ``data.image_size`` by the CLI).
         optimizer: the optimiser factory, e.g. ``torch.optim.SGD`` from YAML (default: Adam, lr 1e-3).
@@ -80,10 +90,18 @@ class EpisodicModule(EpisodicEvaluation):
             to float rounding, without the host's kernel launches that bound small models' steps. Refused (one line,
             when fitting starts) off CUDA, under DDP or mixed precision, with ``compile_backbone``, and by MAML and
             ANIL. Default: False.
+        drop_head: the backbone's classification head, replaced by ``nn.Identity`` so that it returns features: a
+            submodule's name (``fc`` for torchvision's ResNets: 512 features for ResNet-18 instead of 1,000 logits;
+            ``classifier`` for its VGG, DenseNet, MobileNet, EfficientNet). Default: None (keep the module whole).
+        backbone_weights: a file of pre-trained backbone weights, ``torch.save(module.state_dict(), path)`` of the
+            module as its class builds it (the head's weights may be in it), loaded when fitting starts with
+            ``weights_only=True`` after a check of every key and shape (a checkpoint reloads without the file).
+            Default: None.
 
     Raises:
-        ValueError: on an unknown ``eval_batch_norm`` or backbone, or an image too small for the backbone; when
-            fitting starts, on ``cuda_graphs`` where the step cannot be captured.
+        ValueError: on an unknown ``eval_batch_norm``, backbone or ``drop_head``, a class path that is not an
+            ``nn.Module`` class, or an image too small for the backbone; when fitting starts, on ``cuda_graphs`` where
+            the step cannot be captured, or ``backbone_weights`` that do not fit the backbone.
     """
 
     #: whether ``episode_losses`` can be captured in a CUDA graph (MAML's inner loop differentiates its gradients)
@@ -93,7 +111,7 @@ class EpisodicModule(EpisodicEvaluation):
 
     def __init__(
         self,
-        backbone: str = "conv4",
+        backbone: nn.Module | str | dict[str, Any] = "conv4",
         backbone_options: dict[str, Any] | None = None,
         in_channels: int = 1,
         image_size: int = 28,
@@ -103,11 +121,14 @@ class EpisodicModule(EpisodicEvaluation):
         channels_last: bool = False,
         compile_backbone: bool = False,
         cuda_graphs: bool = False,
+        drop_head: str | None = None,
+        backbone_weights: str | None = None,
     ) -> None:
         super().__init__()
         check_choice("eval_batch_norm", eval_batch_norm, ("running", "episode"))
-        # every __init__ argument of the subclasses too (Lightning reads their frames)
-        self.save_hyperparameters(ignore=["optimizer", "lr_scheduler"])
+        # every __init__ argument of the subclasses too (Lightning reads their frames); a module is recorded below
+        ignore = ["optimizer", "lr_scheduler", *(["backbone"] if isinstance(backbone, nn.Module) else [])]
+        self.save_hyperparameters(ignore=ignore)
         self.optimizer, self.lr_scheduler = optimizer, lr_scheduler
         self.eval_batch_norm = eval_batch_norm
         self.channels_last, self.compile_backbone, self.cuda_graphs = channels_last, compile_backbone, cuda_graphs
@@ -121,10 +142,12 @@ class EpisodicModule(EpisodicEvaluation):
         #: the backbone's options: the algorithm's :attr:`backbone_defaults` under the user's ``backbone_options``
         self.backbone_options = self.backbone_defaults | (backbone_options or {})
         self._image_shape = (in_channels, image_size)
-        try:
-            self.backbone = build_backbone(backbone, in_channels, image_size, **self.backbone_options)
-        except ValueError as error:
-            raise ValueError(f"model.backbone: {error}") from None
+        self.drop_head, self.backbone_weights, self.backbone_weights_loaded = drop_head, backbone_weights, False
+        self.backbone, record = build_episodic_backbone(
+            backbone, in_channels, image_size, self.backbone_options, drop_head, backbone_options
+        )
+        if record is not None:  # the CLI's record of a module is its config (class path and init_args)
+            record_hyperparameter(self, "backbone", given_hyperparameters().get("backbone", record))
 
     def feature_size(self) -> int:
         """The backbone's feature dimension ``D`` for the configured images (a dry run; changes nothing)."""
@@ -237,6 +260,10 @@ class EpisodicModule(EpisodicEvaluation):
         data = getattr(getattr(self.trainer, "datamodule", None), "data", None)
         if stage == "fit" and data is not None:  # the data module is set up first
             self.input_normalization = {"mean": [float(m) for m in data.mean], "std": [float(s) for s in data.std]}
+        if stage == "fit" and self.backbone_weights is not None and not self.backbone_weights_loaded:
+            # before a resumed checkpoint's weights replace them; once (checkpoints record it)
+            load_backbone_weights(self.backbone, self.backbone_weights, skip=self.drop_head)
+            self.backbone_weights_loaded = True
 
     # -- checkpoints: what they carry besides the weights (record.py) -----------------------------------------
     @override

@@ -1,12 +1,14 @@
 """What a checkpoint of an :class:`~lightning_episodes.algorithms.base.EpisodicModule` carries besides its weights
 and hyper-parameters, so that a later run needs no configuration: its concrete class and the data it was trained on
 (the ``lightning_episodes`` record, which :func:`~lightning_episodes.algorithms.loading.checkpoint_info` reads; an
-offline reference must match the number of ways, reports name the training dataset) and the input normalisation that
-prediction applies."""
+offline reference must match the number of ways, reports name the training dataset), the input normalisation that
+prediction applies, and whether the pre-trained backbone weights were loaded."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
+
+from lightning_episodes._lightning import record_hyperparameter
 
 if TYPE_CHECKING:
     from lightning_episodes.algorithms.base import EpisodicModule
@@ -27,6 +29,8 @@ def save_record(module: EpisodicModule, checkpoint: dict[str, Any]) -> None:
     checkpoint["lightning_episodes"] = info
     if module.input_normalization is not None:
         checkpoint["input_normalization"] = module.input_normalization
+    if module.backbone_weights is not None:  # a later fit must not load the pre-trained weights again
+        checkpoint["backbone_weights_loaded"] = module.backbone_weights_loaded
 
 
 def load_record(module: EpisodicModule, checkpoint: dict[str, Any]) -> None:
@@ -34,3 +38,7 @@ def load_record(module: EpisodicModule, checkpoint: dict[str, Any]) -> None:
     info = checkpoint.get("lightning_episodes") or {}
     module.trained_on = {k: v for k, v in info.items() if k != "class_path"} or None
     module.input_normalization = checkpoint.get("input_normalization")
+    module.backbone_weights_loaded = bool(checkpoint.get("backbone_weights_loaded", False))
+    saved = (checkpoint.get(module.CHECKPOINT_HYPER_PARAMS_KEY) or {}).get("backbone")
+    if isinstance(saved, dict):  # a class path: keep its record, not the object that was rebuilt from it
+        record_hyperparameter(module, "backbone", saved)
