@@ -533,3 +533,9 @@ def test_study_plot_puts_at_most_two_benchmarks_side_by_side(tmp_path: Path) -> 
     assert titles[2][0] == labels[2]
     assert [ax.get_ylabel() for ax in grid[3]][0] == "validation accuracy (%)"
     assert [ax.get_visible() for row in grid for ax in row] == [True] * 4 + [True, False, True, False]
+
+
+def test_a_class_path_backbone_is_named_by_its_class(tmp_path: Path) -> None:
+    resnet = {"class_path": "torchvision.models.ResNet", "init_args": {"layers": [2, 2, 2, 2]}}
+    path = write_run(tmp_path / "resnet", 0.5, 0.01, [weighting("baseline")], hparams={"backbone": resnet})
+    assert read_result(path).column.backbone == "ResNet"
