@@ -37,7 +37,13 @@ from lightning_episodes.callbacks.checkpointing import (
     find_last_checkpoint,
 )
 from lightning_episodes.callbacks.defaults import default_callbacks
-from lightning_episodes.cli_checks import check_accelerator, check_world_size, own_outputs
+from lightning_episodes.cli_checks import (
+    backbone_class_path,
+    check_accelerator,
+    check_backbone,
+    check_world_size,
+    own_outputs,
+)
 from lightning_episodes.console import TOOLS, TRAINER_COMMANDS, Preempted, run
 from lightning_episodes.data.datamodule import EpisodicDataModule
 
@@ -158,6 +164,7 @@ class EpisodicCLI(LightningCLI):
         config = self.config[self.subcommand] if self.subcommand else self.config
         add_default_checkpoint(config)
         check_accelerator(config.get("trainer"))
+        check_backbone(config.get("model"))
 
     # -- --ckpt_path: `last`, `best` and broken files, resolved before Lightning sees them ------------------------
     @override
@@ -177,7 +184,9 @@ class EpisodicCLI(LightningCLI):
         module, before LightningCLI imports it; say so when the checkpoint's algorithm replaces the configured one."""
         model = self.config[subcommand].get("model")
         configured = model.get("class_path") if isinstance(model, Namespace) else None
-        allowed = [configured.rpartition(".")[0]] if isinstance(configured, str) else []
+        # the modules the user named: the configured model's and backbone's
+        named = [configured, backbone_class_path(model)] if isinstance(configured, str) else []
+        allowed = [name.rpartition(".")[0] for name in named if name]
         data = self.config[subcommand].get("data")
         data_class = data.get("class_path") if isinstance(data, Namespace) else None
         check_recorded_classes(

@@ -16,6 +16,7 @@ from pytorch_lightning.loggers import CSVLogger
 from lightning_episodes.callbacks.checkpointing import checkpoint_callback
 from lightning_episodes.commands._common import available_devices
 from lightning_episodes.data.datamodule import EpisodicDataModule
+from lightning_episodes.models import module_class
 from lightning_episodes.run_folder import owned_folders
 
 #: ``trainer.accelerator`` values that need a device, and how to tell whether it is there.
@@ -35,6 +36,30 @@ def check_accelerator(trainer: Any) -> None:
             f"--trainer.accelerator {value}: this machine has no {kind.upper()} device (available: "
             f"{', '.join(available_devices())}; auto picks the best of them)"
         )
+
+
+def backbone_class_path(model: Any) -> str | None:
+    """The class path of the parsed ``model.init_args.backbone`` (``None`` for a registered backbone's name)."""
+    value = model
+    for key in ("init_args", "backbone", "class_path"):  # a Namespace or a dict at each level
+        get = getattr(value, "get", None)
+        value = get(key) if callable(get) else None
+    return value if isinstance(value, str) else None
+
+
+def check_backbone(model: Any) -> None:
+    """Check, before anything is instantiated, that a ``model.backbone`` class path names an ``nn.Module`` class: a
+    function that returns one (``torchvision.models.resnet18``) is refused, as in checkpoints.
+
+    Raises:
+        ValueError: naming ``model.backbone`` and the class path.
+    """
+    class_path = backbone_class_path(model)
+    if class_path is not None:
+        try:
+            module_class(class_path)
+        except ValueError as error:
+            raise ValueError(f"model.backbone: {error}") from None
 
 
 def check_world_size(trainer: pl.Trainer, datamodule: Any) -> None:

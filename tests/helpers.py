@@ -11,6 +11,7 @@ from typing import Any
 import pytorch_lightning as pl
 import torch
 from pytorch_lightning.strategies import DDPStrategy
+from torch import nn
 
 from lightning_episodes import EpisodicDataModule
 
@@ -107,3 +108,23 @@ def fit_and_test_record(
     fit.fit(model, data)
     fit.test(model, data, ckpt_path=ckpt_path, verbose=False)
     return json.loads((folder / RESULTS_FILE).read_text())
+
+
+#: torchvision's ResNet-18 as a class path (``torchvision.models.resnet18`` is a function: refused)
+RESNET18 = {
+    "class_path": "torchvision.models.ResNet",
+    "init_args": {"block": "torchvision.models.resnet.BasicBlock", "layers": [2, 2, 2, 2]},
+}
+
+
+class SmallNet(nn.Module):
+    """A user's own network: images ``[M, C, H, W]`` to ``[M, width]``, with a batch norm."""
+
+    def __init__(self, in_channels: int = 3, width: int = 8) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(in_channels, width, 3, padding=1)
+        self.norm = nn.BatchNorm2d(width)
+        self.pool = nn.AdaptiveAvgPool2d(1)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return self.pool(torch.relu(self.norm(self.conv(images)))).flatten(1)

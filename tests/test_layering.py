@@ -21,9 +21,10 @@ PACKAGE = "lightning_episodes"
 #: The layers, lowest first: a module may import its own layer and the layers before it. The names are the first
 #: component under ``lightning_episodes`` (a subpackage or a top-level module); ``""`` is the package itself.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    # the package's own __init__ (its version; its exports are imported lazily, by name) and the files and locks of
-    # a run's output folders: neither imports anything of the package
-    ("", "run_folder"),
+    # the package's own __init__ (its version; its exports are imported lazily, by name), the files and locks of a
+    # run's output folders, and what the package reads of Lightning's private state: none imports anything of the
+    # package
+    ("", "run_folder", "_lightning"),
     ("data",),
     ("models",),
     ("weighting",),
@@ -204,9 +205,9 @@ def test_the_real_source_fails_the_checks_when_a_circle_is_added(tmp_path: Path)
         copy.write_text(path.read_text(encoding="utf-8"), encoding="utf-8")
     (package / "algorithms" / "base.py").write_text(
         (ROOT / PACKAGE / "algorithms" / "base.py").read_text(encoding="utf-8")
-        + "\n\ndef _added():\n    from lightning_episodes.callbacks.nonfinite import NonFiniteGuard\n",
+        + "\n\ndef _added():\n    from lightning_episodes.callbacks.reference import load_reference\n",
         encoding="utf-8",
     )
     graph = import_graph(package)
     assert any("lightning_episodes.algorithms.base" in cycle for cycle in find_cycles(graph))
-    assert "lightning_episodes.algorithms.base -> lightning_episodes.callbacks.nonfinite" in upward_imports(graph)
+    assert "lightning_episodes.algorithms.base -> lightning_episodes.callbacks.reference" in upward_imports(graph)

@@ -1,36 +1,40 @@
 """EpisodicModule: the base LightningModule of every algorithm (what it exchanges with them: ``interface.py``).
 
-It builds the backbone and the optimiser, turns per-episode losses into the (importance-weighted) training loss,
-and evaluates (mean accuracy ± 95% CI over episodes). An algorithm implements ``query_logits`` (or
-``episode_losses`` when its loss is not the query cross-entropy): see ``ProtoNet`` for a complete one.
-"""
+An algorithm implements ``query_logits`` (or ``episode_losses`` when its loss is not the query cross-entropy): see
+``ProtoNet`` for a complete one. This module turns it into the (importance-weighted) training loss."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, ClassVar, cast
+from typing import Any, ClassVar
 
-import pytorch_lightning as pl
 import torch
 from pytorch_lightning.cli import LRSchedulerCallable, OptimizerCallable
 from torch import Tensor, nn
 from typing_extensions import override
 
+from lightning_episodes._lightning import given_hyperparameters, logger_writes, record_hyperparameter
+from lightning_episodes.algorithms.evaluate import EpisodicEvaluation
 from lightning_episodes.algorithms.functional import query_loss
-from lightning_episodes.algorithms.graphs import GraphedLosses, check_cuda_graphs
+from lightning_episodes.algorithms.graphs import GraphedLosses
 from lightning_episodes.algorithms.interface import (
     EpisodeOutput,
     EpisodeSelector,
     WeightingStrategy,
     check_choice,
     check_min,
+    check_weighting,
 )
-from lightning_episodes.algorithms.metrics import EpisodeMeanCI, EpisodeScores, ScoredEpisodes
-from lightning_episodes.algorithms.nonfinite import NonFiniteError, nonfinite_flags, nonfinite_report
-from lightning_episodes.algorithms.schedules import check_schedule
+from lightning_episodes.algorithms.record import load_record, save_record
+from lightning_episodes.algorithms.schedules import check_schedule, default_optimizer
+from lightning_episodes.algorithms.speed import configure_speed, use_channels_last
 from lightning_episodes.data.episode import Episode
-from lightning_episodes.models import EpisodicBackbone, EvalBatchNorm, build_backbone, feature_size, set_eval_batch_norm
-from lightning_episodes.weighting import EpisodeWeights, WeightedLoss, weighted_loss
+from lightning_episodes.models import (
+    EvalBatchNorm,
+    build_episodic_backbone,
+    feature_size,
+    load_backbone_weights,
+)
+from lightning_episodes.weighting import EpisodeWeights, weighted_loss
 
 __all__ = [
     "EpisodeOutput",
@@ -44,27 +48,7 @@ __all__ = [
 ]
 
 
-def logger_writes(trainer: pl.Trainer) -> bool:
-    """Whether the loggers write this training step's metrics: Lightning's own condition (``log_every_n_steps``,
-    every step under ``fast_dev_run``), which its ``LearningRateMonitor`` also reads; the same on every rank.
-
-    Per-step values logged only then are the values the loggers receive, without the cost of ``self.log`` (and of
-    reading them from the device) on the steps in between."""
-    connector = getattr(trainer, "_logger_connector", None)
-    return connector is None or bool(connector.should_update_logs or getattr(trainer, "fast_dev_run", False))
-
-
-def default_optimizer(params: Any) -> torch.optim.Optimizer:
-    """Adam with learning rate 1e-3, the paper's optimiser; on CUDA its fused kernel (the same update in one launch,
-    which :class:`~lightning_episodes.callbacks.NonFiniteGuard` can skip without a host read, and CUDA graphs can
-    capture)."""
-    params = list(params)
-    tensors = [t for p in params for t in (p["params"] if isinstance(p, dict) else [p])]
-    on_cuda = bool(tensors) and all(t.is_cuda for t in tensors)
-    return torch.optim.Adam(params, lr=1e-3, fused=True if on_cuda else None)
-
-
-class EpisodicModule(pl.LightningModule):
+class EpisodicModule(EpisodicEvaluation):
     """Base class of every episodic algorithm.
 
     It builds ``self.backbone`` and saves the hyper-parameters (every constructor argument, the subclasses'
@@ -75,17 +59,19 @@ class EpisodicModule(pl.LightningModule):
     the optimiser. A subclass takes its own arguments and passes the rest on with ``**kwargs``, so that
     LightningCLI lists these too; it re-declares one only to change its default.
 
-    Evaluating a model with NaN or inf parameters, buffers or outputs raises
-    :class:`~lightning_episodes.algorithms.nonfinite.NonFiniteError` instead of reporting a number. The module adds no
-    callback to its Trainer: the command line adds a :class:`~lightning_episodes.callbacks.NonFiniteGuard`
-    (non-finite training steps are skipped, and training stops after a few in a row) and a
-    :class:`~lightning_episodes.callbacks.TestResultsWriter` (``test_results.json``) to every Trainer without its own;
-    in Python, ``pl.Trainer(callbacks=default_callbacks())`` does the same
-    (:func:`~lightning_episodes.callbacks.default_callbacks`).
+    Evaluation (:mod:`~lightning_episodes.algorithms.evaluate`) refuses a model with NaN or inf parameters, buffers or
+    outputs. The module adds no callback to its Trainer: the command line adds a
+    :class:`~lightning_episodes.callbacks.NonFiniteGuard` and a :class:`~lightning_episodes.callbacks.TestResultsWriter`
+    to every Trainer without its own; in Python, :func:`~lightning_episodes.callbacks.default_callbacks` gives them.
 
     Args:
-        backbone: registered backbone name (``conv4``, ``resnet12``, ``resnet12-wide``).
-        backbone_options: extra keyword arguments for the backbone.
+        backbone: a registered backbone name (``conv4``, ``resnet12``, ``resnet12-wide``) or an ``nn.Module``: in
+            YAML ``{class_path: torchvision.models.ResNet, init_args: {...}}`` (any importable ``nn.Module`` class,
+            yours too), on the command line ``--model.backbone CLASS --model.backbone.init_args.NAME VALUE``; in
+            Python the same dict (which checkpoints record), or a module (then pass it again to
+            ``load_from_checkpoint``). A module mapping ``[M, C, H, W]`` to ``[M, ...]`` runs per episode
+            (:class:`~lightning_episodes.models.EpisodeAdapter`); docs/guides/own-backbone.md.
+        backbone_options: extra keyword arguments for a registered backbone.
         in_channels: image channels (linked from ``data.channels`` by the CLI).
         image_size: image height and width (linked from ``data.image_size`` by the CLI).
         optimizer: the optimiser factory, e.g. ``torch.optim.SGD`` from YAML (default: Adam, lr 1e-3).
@@ -93,32 +79,31 @@ class EpisodicModule(pl.LightningModule):
             step, cosine, linear; :mod:`~lightning_episodes.algorithms.schedules` anneals to ``trainer.max_steps``).
         eval_batch_norm: batch-norm statistics at evaluation: ``running`` (the running buffers) or
             ``episode`` (each episode's own inputs). Evaluation never changes the model in either mode.
-        channels_last: run the convolutions in the ``channels_last`` (NHWC) memory layout: the weights are
-            converted when a Trainer sets the model up (``configure_model``) and the backbone's images on
-            their way in (see :meth:`use_channels_last`). The same numbers up to float rounding. The layout
-            PyTorch recommends for convolutions on GPUs with tensor cores, above all with
-            ``trainer.precision="bf16-mixed"`` or ``"16-mixed"``; on a 2-core CPU, conv4 steps were 13% slower
-            with it (``benchmarks/compile_step.py``). Default: False.
-        compile_backbone: compile the backbone in place with ``torch.compile`` (inductor's default mode) when a
-            Trainer sets the model up: the same numbers up to float rounding, faster steps after a one-off
-            compilation (ProtoNet conv4 on a 2-core CPU: training steps 1.3x faster after 1-2 minutes of
-            compiling, see ``benchmarks/compile_step.py``; evaluation compiles its own graph, and new episode
-            shapes compile again). Worth it for long runs; MAML refuses it (its inner loop recompiles). Default:
-            False.
+        channels_last: run the convolutions in the ``channels_last`` (NHWC) memory layout
+            (:mod:`~lightning_episodes.algorithms.speed`), for GPUs with tensor cores, above all in ``bf16-mixed`` or
+            ``16-mixed`` precision: the same numbers up to float rounding (speed: docs/benchmarks.md). Default: False.
+        compile_backbone: compile the backbone in place with ``torch.compile`` when a Trainer sets the model up: the
+            same numbers up to float rounding, faster steps after a one-off compilation (docs/benchmarks.md), again
+            for evaluation and each new episode shape. For long runs; MAML refuses it. Default: False.
         cuda_graphs: in ``fit`` on one CUDA device, replay each training batch's episode losses (the backbone's
-            forward and backward) as a CUDA graph captured on the first batch of its shape
-            (:mod:`lightning_episodes.algorithms.graphs`): the same numbers up to float rounding, without the
-            host's kernel launches that bound small models' steps. The weights, the weighted loss and the
-            optimiser step stay eager, and so does evaluation. Refused (one line, when fitting starts) off CUDA,
-            under DDP or mixed precision, with ``compile_backbone``, and by MAML and ANIL. Default: False.
+            forward and backward) as a CUDA graph (:mod:`lightning_episodes.algorithms.graphs`): the same numbers up
+            to float rounding, without the host's kernel launches that bound small models' steps. Refused (one line,
+            when fitting starts) off CUDA, under DDP or mixed precision, with ``compile_backbone``, and by MAML and
+            ANIL. Default: False.
+        drop_head: the backbone's classification head, replaced by ``nn.Identity`` so that it returns features: a
+            submodule's name (``fc`` for torchvision's ResNets: 512 features for ResNet-18 instead of 1,000 logits;
+            ``classifier`` for its VGG, DenseNet, MobileNet, EfficientNet). Default: None (keep the module whole).
+        backbone_weights: a file of pre-trained backbone weights, ``torch.save(module.state_dict(), path)`` of the
+            module as its class builds it (the head's weights may be in it), loaded when fitting starts with
+            ``weights_only=True`` after a check of every key and shape (a checkpoint reloads without the file).
+            Default: None.
 
     Raises:
-        ValueError: on an unknown ``eval_batch_norm`` or backbone, or an image too small for the backbone; when
-            fitting starts, on ``cuda_graphs`` where the step cannot be captured.
+        ValueError: on an unknown ``eval_batch_norm``, backbone or ``drop_head``, a class path that is not an
+            ``nn.Module`` class, or an image too small for the backbone; when fitting starts, on ``cuda_graphs`` where
+            the step cannot be captured, or ``backbone_weights`` that do not fit the backbone.
     """
 
-    #: algorithms that adapt with gradients during evaluation (MAML, ANIL) set this to True
-    requires_grad_in_evaluation: ClassVar[bool] = False
     #: whether ``episode_losses`` can be captured in a CUDA graph (MAML's inner loop differentiates its gradients)
     supports_cuda_graphs: ClassVar[bool] = True
     #: backbone options of the algorithm, under the user's ``backbone_options`` (MAML: no running statistics)
@@ -126,7 +111,7 @@ class EpisodicModule(pl.LightningModule):
 
     def __init__(
         self,
-        backbone: str = "conv4",
+        backbone: nn.Module | str | dict[str, Any] = "conv4",
         backbone_options: dict[str, Any] | None = None,
         in_channels: int = 1,
         image_size: int = 28,
@@ -136,15 +121,17 @@ class EpisodicModule(pl.LightningModule):
         channels_last: bool = False,
         compile_backbone: bool = False,
         cuda_graphs: bool = False,
+        drop_head: str | None = None,
+        backbone_weights: str | None = None,
     ) -> None:
         super().__init__()
         check_choice("eval_batch_norm", eval_batch_norm, ("running", "episode"))
-        # every __init__ argument of the subclasses too (Lightning reads their frames)
-        self.save_hyperparameters(ignore=["optimizer", "lr_scheduler"])
+        # every __init__ argument of the subclasses too (Lightning reads their frames); a module is recorded below
+        ignore = ["optimizer", "lr_scheduler", *(["backbone"] if isinstance(backbone, nn.Module) else [])]
+        self.save_hyperparameters(ignore=ignore)
         self.optimizer, self.lr_scheduler = optimizer, lr_scheduler
         self.eval_batch_norm = eval_batch_norm
-        self.channels_last, self.compile_backbone = channels_last, compile_backbone
-        self.cuda_graphs = cuda_graphs
+        self.channels_last, self.compile_backbone, self.cuda_graphs = channels_last, compile_backbone, cuda_graphs
         self._graphed: GraphedLosses | None = None
         self._weighting: WeightingStrategy | None = None
         #: dataset and episode shape of the training run this model comes from (restored from checkpoints)
@@ -152,22 +139,15 @@ class EpisodicModule(pl.LightningModule):
         #: per-channel ``{"mean": [...], "std": [...]}`` of the training images' normalisation (restored from
         #: checkpoints): what prediction on new images applies
         self.input_normalization: dict[str, list[float]] | None = None
-        self.val_accuracy, self.test_accuracy = EpisodeMeanCI(), EpisodeMeanCI()
-        self.val_loss, self.test_loss = EpisodeMeanCI(), EpisodeMeanCI()
-        #: the ``test/*`` values of the last test (:class:`~lightning_episodes.callbacks.TestResultsWriter` writes them)
-        self.test_results: dict[str, float] | None = None
-        #: each test episode's id, difficulty and accuracy in the last test, over every process (the writer saves
-        #: them as ``test_episodes.csv``, which ``lightning-episodes compare`` reads)
-        self.test_episode_scores: ScoredEpisodes | None = None
-        self._test_scores = EpisodeScores()
-        self._nonfinite_outputs: Tensor | None = None
         #: the backbone's options: the algorithm's :attr:`backbone_defaults` under the user's ``backbone_options``
         self.backbone_options = self.backbone_defaults | (backbone_options or {})
         self._image_shape = (in_channels, image_size)
-        try:
-            self.backbone = build_backbone(backbone, in_channels, image_size, **self.backbone_options)
-        except ValueError as error:
-            raise ValueError(f"model.backbone: {error}") from None
+        self.drop_head, self.backbone_weights, self.backbone_weights_loaded = drop_head, backbone_weights, False
+        self.backbone, record = build_episodic_backbone(
+            backbone, in_channels, image_size, self.backbone_options, drop_head, backbone_options
+        )
+        if record is not None:  # the CLI's record of a module is its config (class path and init_args)
+            record_hyperparameter(self, "backbone", given_hyperparameters().get("backbone", record))
 
     def feature_size(self) -> int:
         """The backbone's feature dimension ``D`` for the configured images (a dry run; changes nothing)."""
@@ -175,20 +155,13 @@ class EpisodicModule(pl.LightningModule):
 
     @property
     def weighting(self) -> WeightingStrategy | None:
-        """The :class:`WeightingStrategy` of the training loss (``None``: every weight is 1).
-
-        Raises:
-            TypeError: on assigning an object without ``episode_weights``.
-        """
+        """The :class:`WeightingStrategy` of the training loss (``None``: every weight is 1); assigning an object
+        without ``episode_weights`` raises ``TypeError``."""
         return self._weighting
 
     @weighting.setter
     def weighting(self, strategy: WeightingStrategy | None) -> None:
-        if strategy is not None and not isinstance(strategy, WeightingStrategy):
-            raise TypeError(
-                f"{type(self).__name__}.weighting must be a WeightingStrategy (with an episode_weights(module, batch, "
-                f"difficulties) method) or None, got {type(strategy).__name__}"
-            )
+        check_weighting(self, strategy)
         self._weighting = strategy
 
     # -- what an algorithm implements ----------------------------------------------------------------------
@@ -213,6 +186,7 @@ class EpisodicModule(pl.LightningModule):
         logits = self.query_logits(batch)
         return EpisodeOutput(*query_loss(logits, batch.query_labels), query_logits=logits)
 
+    @override
     def _output(self, batch: Episode) -> EpisodeOutput:
         out = self.episode_losses(batch)
         if not isinstance(out, EpisodeOutput):
@@ -224,38 +198,15 @@ class EpisodicModule(pl.LightningModule):
     # -- memory layout and compilation ---------------------------------------------------------------------
     @override
     def configure_model(self) -> None:
-        # the Trainer calls this before it wraps the model (DDP) and builds the optimiser, in every stage
-        if self.cuda_graphs and self.trainer.state.fn == "fit":
-            check_cuda_graphs(self, self.trainer)
-        if self.channels_last:
-            self.use_channels_last()
-        if self.compile_backbone:
-            backbone = getattr(self, "backbone", None)
-            if not isinstance(backbone, nn.Module):
-                raise ValueError(
-                    f"model.compile_backbone=true needs a `backbone` module; {type(self).__name__} has none"
-                )
-            if getattr(backbone, "_compiled_call_impl", None) is None:  # once: compiling again would start over
-                # in place (not a torch.compile wrapper): parameter names and checkpoints stay the same
-                backbone.compile()
+        configure_speed(self)  # channels_last, compile_backbone, the check of cuda_graphs
 
     def use_channels_last(self) -> None:
-        """Convert every 4-d weight (the convolutions) to ``channels_last`` and make each
-        :class:`~lightning_episodes.models.EpisodicBackbone` convert its images too, so that every
-        convolution, batch norm and pooling runs in that layout (MAML's fast weights inherit it).
-        Idempotent; the Trainer calls it when ``channels_last=True``. A backbone of another type gets
-        channels_last weights only (PyTorch's convolutions then convert their input themselves).
-        """
-        self.to(memory_format=torch.channels_last)
-        for module in self.modules():
-            if isinstance(module, EpisodicBackbone):
-                module.channels_last = True
+        """Run the convolutions in the ``channels_last`` layout, weights and the backbone's images
+        (:func:`~lightning_episodes.algorithms.speed.use_channels_last`). Idempotent; the Trainer calls it when
+        ``channels_last=True``."""
+        use_channels_last(self)
 
     # -- training ------------------------------------------------------------------------------------------
-    def _sum_over_ranks(self, x: Tensor) -> Tensor:
-        # a collective: called on every rank (DDPStrategy.reduce defaults to "mean", hence reduce_op)
-        return self.trainer.strategy.reduce(x, reduce_op="sum")
-
     @override
     def training_step(self, batch: Episode, batch_idx: int) -> dict[str, Any]:
         trainer = self.trainer
@@ -278,28 +229,23 @@ class EpisodicModule(pl.LightningModule):
             out.losses,
             step.weights,
             divisor=step.divisor,
-            reduce=self._sum_over_ranks,
+            # a collective: called on every rank (DDPStrategy.reduce defaults to "mean", hence reduce_op)
+            reduce=lambda x: trainer.strategy.reduce(x, reduce_op="sum"),
             world_size=trainer.world_size,
             denominator=step.denominator,
         )
         # what the loggers write, and the last step (callback_metrics end with it); no host sync in between
         if logger_writes(trainer) or 0 < trainer.max_steps <= trainer.global_step + 1:
-            self._log_training(out, result)
-        outputs = {
-            "loss": result.loss,
-            "difficulties": difficulties,
-            "weights": step.weights.detach(),
-            "weighted": result,
-        }
+            self._log_training(out)
+        outputs: dict[str, Any] = {"loss": result.loss, "difficulties": difficulties, "weights": step.weights.detach()}
+        outputs["weighted"] = result
         if out.query_logits is not None:  # what an adaptive task sampler learns the model's confusions from
             outputs["query_logits"] = out.query_logits.detach()
         return outputs
 
-    def _log_training(self, out: EpisodeOutput, result: WeightedLoss) -> None:
-        """``train/loss`` (the mean of the finite episode losses; shown in the progress bar), ``train/acc`` and
-        ``train/lr`` (the first parameter group's learning rate, this step's), on the steps where the loggers write
-        and the last of ``max_steps`` (so the progress bar's ``train/loss`` and ``trainer.callback_metrics`` hold the
-        last logged one)."""
+    def _log_training(self, out: EpisodeOutput) -> None:
+        """``train/loss`` (the mean of the finite episode losses; in the progress bar), ``train/acc`` and ``train/lr``
+        (the first parameter group's, this step's), where the loggers write and at the last of ``max_steps``."""
         finite = torch.isfinite(out.losses.detach())
         mean_loss = out.losses.detach()[finite].mean() if finite.any() else out.losses.new_tensor(float("nan"))
         self.log("train/loss", mean_loss, prog_bar=True, sync_dist=True, batch_size=len(out.losses))
@@ -312,125 +258,26 @@ class EpisodicModule(pl.LightningModule):
     def teardown(self, stage: str) -> None:
         self._graphed = None  # the graphs' memory, and their hold on the model's tensors
 
-    # -- evaluation ----------------------------------------------------------------------------------------
+    # -- evaluation: EpisodicEvaluation's hooks ---------------------------------------------------------------
     @override
     def setup(self, stage: str) -> None:
-        if self.requires_grad_in_evaluation:
-            # adaptation needs autograd: evaluate under no_grad + enable_grad instead of inference_mode,
-            # so users need no Trainer flag
-            for loop in (self.trainer.validate_loop, self.trainer.test_loop):
-                loop.inference_mode = False
+        super().setup(stage)
         data = getattr(getattr(self.trainer, "datamodule", None), "data", None)
         if stage == "fit" and data is not None:  # the data module is set up first
             self.input_normalization = {"mean": [float(m) for m in data.mean], "std": [float(s) for s in data.std]}
+        if stage == "fit" and self.backbone_weights is not None and not self.backbone_weights_loaded:
+            # before a resumed checkpoint's weights replace them; once (checkpoints record it)
+            load_backbone_weights(self.backbone, self.backbone_weights, skip=self.drop_head)
+            self.backbone_weights_loaded = True
 
-    def _evaluate(self, batch: Episode, accuracy: EpisodeMeanCI, loss: EpisodeMeanCI) -> EpisodeOutput:
-        with torch.enable_grad() if self.requires_grad_in_evaluation else torch.no_grad():
-            out = self._output(batch)
-        accuracy.update(out.accuracies)
-        loss.update(out.losses.detach())
-        # a flag on the device, read once at the end of the evaluation (no host sync per batch)
-        bad = (~(torch.isfinite(out.losses.detach()).all() & torch.isfinite(out.accuracies).all())).float()
-        self._nonfinite_outputs = bad if self._nonfinite_outputs is None else self._nonfinite_outputs.maximum(bad)
-        return out
-
-    def _check_finite(self, stage: str, outputs: Tensor | None = None) -> None:
-        """Raise :class:`~lightning_episodes.algorithms.nonfinite.NonFiniteError` if the parameters, the floating-point
-        buffers (batch-norm statistics) or the evaluated ``outputs`` flag hold NaN or inf on any rank. A collective:
-        every rank calls it and every rank raises."""
-        outputs = torch.zeros((), device=self.device) if outputs is None else outputs.to(self.device)
-        flags = torch.cat([nonfinite_flags(self)[1:], outputs.reshape(1)])
-        bad = [flag > 0 for flag in self.trainer.strategy.reduce(flags, reduce_op="sum").tolist()]
-        if any(bad):
-            what = nonfinite_report(self, [False, *bad[:2]]) if any(bad[:2]) else "non-finite losses or accuracies"
-            raise NonFiniteError(
-                f"{stage}: refusing to evaluate a model with {what}: its accuracy would mean nothing. The model "
-                "diverged in training (see its NonFiniteGuard warnings) or the checkpoint is damaged."
-            )
-
-    @override
-    def on_validation_start(self) -> None:
-        self._nonfinite_outputs = None
-        self._check_finite("validation")
-
-    @override
-    def on_test_start(self) -> None:
-        self._nonfinite_outputs = None
-        self._test_scores.reset()
-        self.test_episode_scores = None
-        self._check_finite("test")
-
-    @override
-    def on_validation_model_eval(self) -> None:
-        super().on_validation_model_eval()
-        set_eval_batch_norm(self, self.eval_batch_norm)
-
-    @override
-    def on_test_model_eval(self) -> None:
-        super().on_test_model_eval()
-        set_eval_batch_norm(self, self.eval_batch_norm)
-
-    @override
-    def validation_step(self, batch: Episode, batch_idx: int) -> None:
-        self._evaluate(batch, self.val_accuracy, self.val_loss)
-
-    @override
-    def test_step(self, batch: Episode, batch_idx: int) -> None:
-        out = self._evaluate(batch, self.test_accuracy, self.test_loss)
-        self._test_scores.update(batch.identity.episode_ids, out.difficulty, out.accuracies)
-
-    def _log_evaluation(self, stage: str, accuracy: EpisodeMeanCI, loss: EpisodeMeanCI) -> dict[str, float]:
-        self._check_finite("validation" if stage == "val" else stage, self._nonfinite_outputs)
-        self._nonfinite_outputs = None
-        mean, ci, count = accuracy.compute()  # sums over ranks: identical everywhere
-        results = {
-            f"{stage}/acc": float(mean),
-            f"{stage}/acc_ci95": float(ci),
-            f"{stage}/loss": float(loss.compute()[0]),
-            f"{stage}/episodes": float(count),
-        }
-        # already the same on every rank: the max over ranks keeps them exact (a mean over 3 ranks might round)
-        # and tells Lightning they are synchronised (it warns about epoch-level values logged without sync_dist)
-        self.log_dict(results, prog_bar=stage == "val", sync_dist=True, reduce_fx="max")
-        # states re-created under inference mode would be read-only in a later no-grad evaluation
-        with torch.inference_mode(False):
-            accuracy.reset()
-            loss.reset()
-        return results
-
-    @override
-    def on_validation_epoch_end(self) -> None:
-        self._log_evaluation("val", self.val_accuracy, self.val_loss)
-
-    @override
-    def on_test_epoch_end(self) -> None:
-        self.test_results = self._log_evaluation("test", self.test_accuracy, self.test_loss)
-        gather = cast(Callable[[Tensor], Tensor], self.all_gather)
-        self.test_episode_scores = self._test_scores.compute(gather, self.trainer.world_size, self.device)
-        self._test_scores.reset()
-
-    # -- checkpoints ----------------------------------------------------------------------------------------
+    # -- checkpoints: what they carry besides the weights (record.py) -----------------------------------------
     @override
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        # what a later run needs without the config: the concrete class, and the data the model was trained
-        # on (an offline reference must match the number of ways; reports name the training dataset)
-        cls = type(self)
-        info: dict[str, Any] = {"class_path": f"{cls.__module__}.{cls.__qualname__}", **(self.trained_on or {})}
-        datamodule = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
-        if datamodule is not None and self.trainer.state.fn == "fit":
-            for key in ("dataset", "ways", "shots", "queries"):
-                value = getattr(datamodule, key if key != "dataset" else "dataset_name", None)
-                if isinstance(value, int | str):
-                    info[key] = value
-        checkpoint["lightning_episodes"] = info
-        if self.input_normalization is not None:
-            checkpoint["input_normalization"] = self.input_normalization
+        save_record(self, checkpoint)
 
     @override
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        info = checkpoint.get("lightning_episodes") or {}
-        self.trained_on = {k: v for k, v in info.items() if k != "class_path"} or None
-        self.input_normalization = checkpoint.get("input_normalization")
+        load_record(self, checkpoint)
 
     # -- optimisation ---------------------------------------------------------------------------------------
     def build_optimizer(self) -> torch.optim.Optimizer:

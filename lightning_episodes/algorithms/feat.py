@@ -78,7 +78,8 @@ class FEAT(EpisodicModule):
             or a plain state dict of the backbone, loaded when fitting starts (``setup("fit")``, before a
             resumed checkpoint is restored), so that a saved FEAT reloads without it. ``load_backbone``
             loads one at any time.
-        backbone: registered backbone name (default ``resnet12-wide``, FEAT's ResNet-12).
+        backbone: a registered backbone name (default ``resnet12-wide``, FEAT's ResNet-12) or a module (see
+            :class:`EpisodicModule`).
         optimizer: optimiser factory (default FEAT's SGD, lr 2e-4, Nesterov momentum 0.9, weight decay 5e-4).
         **kwargs: the other backbone, optimiser and evaluation arguments of :class:`EpisodicModule`.
 
@@ -95,7 +96,7 @@ class FEAT(EpisodicModule):
         dropout: float = 0.5,
         lr_multiplier: float = 10.0,
         backbone_checkpoint: str | None = None,
-        backbone: str = "resnet12-wide",
+        backbone: nn.Module | str | dict[str, Any] = "resnet12-wide",
         optimizer: OptimizerCallable = feat_optimizer,
         **kwargs: Any,
     ) -> None:

@@ -85,3 +85,12 @@ def check_choice(name: str, value: object, choices: Collection[str]) -> None:
     if value not in choices:
         allowed = " or ".join(f"{choice!r}" for choice in choices)
         raise ValueError(f"model.{name} must be {allowed}, got {value!r}")
+
+
+def check_weighting(owner: object, strategy: object) -> None:
+    """Raise ``TypeError`` naming ``owner``'s class unless ``strategy`` is a :class:`WeightingStrategy` or ``None``."""
+    if strategy is not None and not isinstance(strategy, WeightingStrategy):
+        raise TypeError(
+            f"{type(owner).__name__}.weighting must be a WeightingStrategy (with an episode_weights(module, batch, "
+            f"difficulties) method) or None, got {type(strategy).__name__}"
+        )

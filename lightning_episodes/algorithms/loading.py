@@ -8,13 +8,14 @@ import os
 import pickle
 import sys
 import zipfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from lightning_episodes.algorithms.base import EpisodicModule
+from lightning_episodes.models import module_class
 
 #: the first bytes of every file ``torch.save`` writes (a zip archive)
 _ZIP_MAGIC = b"PK\x03\x04"
@@ -136,6 +137,45 @@ def check_class_path(class_path: str, allowed_modules: Iterable[str] = (), sourc
     )
 
 
+#: Where a checkpoint's backbone class may come from besides the trusted modules: this library's dependency torchvision.
+BACKBONE_MODULES = ("torchvision",)
+
+
+def _class_paths(value: Any) -> Iterator[Any]:
+    """Every ``class_path`` value in a (nested) record of dicts and lists."""
+    if isinstance(value, Mapping):
+        if "class_path" in value:
+            yield value["class_path"]
+        for item in value.values():
+            yield from _class_paths(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _class_paths(item)
+
+
+def check_backbone_record(
+    hparams: Mapping[str, Any], source: str | Path = "checkpoint", allowed_modules: Iterable[str] = ()
+) -> None:
+    """Refuse a recorded ``backbone`` class path (``{class_path: ..., init_args: ...}``) unless every class path in it
+    is trusted (:func:`check_class_path`, or :data:`BACKBONE_MODULES`), checked before importing anything, and the
+    backbone's is an ``nn.Module`` class (never a function or another callable), checked after.
+
+    Raises:
+        CheckpointError: naming the checkpoint and the class path.
+    """
+    backbone = hparams.get("backbone")
+    if not isinstance(backbone, Mapping):
+        return
+    for class_path in _class_paths(backbone):
+        if not isinstance(class_path, str):
+            raise CheckpointError(f"{source} records a backbone class_path that is not a string")
+        check_class_path(class_path, [*allowed_modules, *BACKBONE_MODULES], source)
+    try:
+        module_class(backbone.get("class_path", ""))
+    except ValueError as error:
+        raise CheckpointError(f"{source} records a backbone that is refused: {error}") from None
+
+
 #: The instantiators LightningCLI writes into the hyper-parameters it saves (Lightning's allowlist has these alone).
 CLI_INSTANTIATORS = frozenset({"pytorch_lightning.cli.instantiate_module", "lightning.pytorch.cli.instantiate_module"})
 
@@ -144,9 +184,10 @@ def check_recorded_classes(
     checkpoint: Mapping[str, Any], source: str | Path = "checkpoint", allowed_modules: Iterable[str] = ()
 ) -> None:
     """Refuse, in one line, a checkpoint whose saved hyper-parameters (the model's and the data module's) name an
-    instantiator other than LightningCLI's, a class outside the trusted modules (:func:`check_class_path`), or a model
-    class other than the one its ``lightning_episodes`` record names: an edited checkpoint, which Lightning would
-    otherwise refuse with a long traceback, or (the data module's) silently ignore.
+    instantiator other than LightningCLI's, a class outside the trusted modules (:func:`check_class_path`), a backbone
+    that is not a trusted ``nn.Module`` class (:func:`check_backbone_record`), or a model class other than the one its
+    ``lightning_episodes`` record names: an edited checkpoint, which Lightning would otherwise refuse with a long
+    traceback, or (the data module's) silently ignore.
 
     Raises:
         CheckpointError: naming the checkpoint, the field and the value.
@@ -164,6 +205,8 @@ def check_recorded_classes(
                 f"{source} names the instantiator {instantiator!r} in its {section}, not LightningCLI's: refused "
                 "before importing it (an edited checkpoint?)"
             )
+        if section == "hyper_parameters":
+            check_backbone_record(hparams, source, allowed_modules)
         class_path = hparams.get("_class_path")
         if class_path is None:
             continue

@@ -10,15 +10,21 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor, nn
 
+if TYPE_CHECKING:
+    import pytorch_lightning as pl
+
 __all__ = [
     "KINDS",
+    "EvaluationGuard",
     "NonFiniteError",
     "Owned",
     "any_nonfinite",
+    "check_finite",
     "floating_tensors",
     "nonfinite_flags",
     "nonfinite_report",
@@ -110,3 +116,42 @@ def nonfinite_report(module: nn.Module, flags: list[bool], grads: dict[str, Tens
         shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
         parts.append(f"{kind} ({shown})" if names else f"{kind} (on another rank)")
     return "non-finite " + " and ".join(parts)
+
+
+def check_finite(module: pl.LightningModule, stage: str, outputs: Tensor | None = None) -> None:
+    """Raise :class:`NonFiniteError` if the parameters, the floating-point buffers (batch-norm statistics) of
+    ``module`` or the evaluated ``outputs`` flag hold NaN or inf on any rank. A collective (a sum over the ranks of
+    the module's Trainer): every rank calls it and every rank raises."""
+    outputs = torch.zeros((), device=module.device) if outputs is None else outputs.to(module.device)
+    flags = torch.cat([nonfinite_flags(module)[1:], outputs.reshape(1)])
+    bad = [flag > 0 for flag in module.trainer.strategy.reduce(flags, reduce_op="sum").tolist()]
+    if any(bad):
+        what = nonfinite_report(module, [False, *bad[:2]]) if any(bad[:2]) else "non-finite losses or accuracies"
+        raise NonFiniteError(
+            f"{stage}: refusing to evaluate a model with {what}: its accuracy would mean nothing. The model "
+            "diverged in training (see its NonFiniteGuard warnings) or the checkpoint is damaged."
+        )
+
+
+class EvaluationGuard:
+    """An evaluation (validation or test) that refuses to report a number for a non-finite model: it checks the
+    model when the evaluation starts, flags non-finite losses and accuracies on the device batch by batch (no host
+    sync), and checks both again, over every rank, before the results are logged (:func:`check_finite`)."""
+
+    def __init__(self) -> None:
+        self.outputs: Tensor | None = None
+
+    def start(self, module: pl.LightningModule, stage: str) -> None:
+        """Forget the last evaluation's flag and check the model's parameters and buffers."""
+        self.outputs = None
+        check_finite(module, stage)
+
+    def update(self, losses: Tensor, accuracies: Tensor) -> None:
+        """Flag a batch's non-finite episode ``losses`` or ``accuracies`` (a flag on the device, read at the end)."""
+        bad = (~(torch.isfinite(losses.detach()).all() & torch.isfinite(accuracies).all())).float()
+        self.outputs = bad if self.outputs is None else self.outputs.maximum(bad)
+
+    def finish(self, module: pl.LightningModule, stage: str) -> None:
+        """Check the model and the evaluation's outputs before its results are reported; then forget the flag."""
+        check_finite(module, stage, self.outputs)
+        self.outputs = None

@@ -37,7 +37,8 @@ class Pretrain(EpisodicModule):
     Args:
         num_classes: number of training classes; default: read from the data module's training split
             when fitting starts (it is then saved, so the checkpoint reloads without it).
-        backbone: registered backbone name (default ``resnet12-wide``, FEAT's ResNet-12).
+        backbone: a registered backbone name (default ``resnet12-wide``, FEAT's ResNet-12) or a module (see
+            :class:`EpisodicModule`).
         optimizer: optimiser factory (default SGD, lr 0.1, Nesterov momentum 0.9, weight decay 5e-4).
         **kwargs: the other backbone, optimiser and evaluation arguments of :class:`EpisodicModule`.
 
@@ -49,7 +50,7 @@ class Pretrain(EpisodicModule):
     def __init__(
         self,
         num_classes: int | None = None,
-        backbone: str = "resnet12-wide",
+        backbone: nn.Module | str | dict[str, Any] = "resnet12-wide",
         optimizer: OptimizerCallable = pretrain_optimizer,
         **kwargs: Any,
     ) -> None:

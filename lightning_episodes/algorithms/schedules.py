@@ -1,4 +1,4 @@
-"""Learning-rate schedules that anneal to zero at the run's last step (``trainer.max_steps``).
+"""The default optimiser, and learning-rate schedules that anneal to zero at the last step (``trainer.max_steps``).
 
 PyTorch's schedulers take the length of the run when they are built (``CosineAnnealingLR(T_max=...)``), which
 a YAML config cannot know without repeating ``max_steps``. These take it from the Trainer instead:
@@ -19,7 +19,17 @@ from typing import Any
 import torch
 from torch.optim.lr_scheduler import LRScheduler
 
-__all__ = ["AnnealToZero", "CosineToZero", "LinearToZero", "check_schedule"]
+__all__ = ["AnnealToZero", "CosineToZero", "LinearToZero", "check_schedule", "default_optimizer"]
+
+
+def default_optimizer(params: Any) -> torch.optim.Optimizer:
+    """Adam with learning rate 1e-3, the paper's optimiser; on CUDA its fused kernel (the same update in one launch,
+    which :class:`~lightning_episodes.callbacks.NonFiniteGuard` can skip without a host read, and CUDA graphs can
+    capture)."""
+    params = list(params)
+    tensors = [t for p in params for t in (p["params"] if isinstance(p, dict) else [p])]
+    on_cuda = bool(tensors) and all(t.is_cuda for t in tensors)
+    return torch.optim.Adam(params, lr=1e-3, fused=True if on_cuda else None)
 
 
 class AnnealToZero(LRScheduler):

@@ -287,6 +287,11 @@ def scheme_of(options: dict[str, Any], defaults: dict[str, Any] | None = None) -
     return str(target), str(options.get("estimate", "online")), tuple(sorted(differing))
 
 
+def _backbone_name(backbone: Any) -> str:
+    """A registered backbone's name, or a class path's class (``{class_path: torchvision.models.ResNet}``: ResNet)."""
+    return str(backbone.get("class_path", "?")).rpartition(".")[2] if isinstance(backbone, dict) else str(backbone)
+
+
 def _algorithm(record: dict[str, Any]) -> str:
     name, distance = str(record.get("algorithm", "?")), record.get("hparams", {}).get("distance")
     if name == "ProtoNet" and distance:
@@ -327,7 +332,7 @@ def read_result(path: str | Path) -> RunResult:
     seed = record.get("seed", (config or {}).get("seed_everything"))
     column = Column(
         dataset=str(data.get("dataset", "?")),
-        backbone=str(record.get("hparams", {}).get("backbone", "?")),
+        backbone=_backbone_name(record.get("hparams", {}).get("backbone", "?")),
         ways=data.get("eval_ways") or data.get("ways"),
         shots=data.get("eval_shots") or data.get("shots"),
         split=str(data.get("test_split", "test")),

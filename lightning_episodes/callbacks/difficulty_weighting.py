@@ -22,7 +22,8 @@ from pytorch_lightning.loggers import TensorBoardLogger
 from torch import Tensor
 from typing_extensions import override
 
-from lightning_episodes.algorithms.base import EpisodicModule, WeightingStrategy, logger_writes
+from lightning_episodes._lightning import logger_writes
+from lightning_episodes.algorithms.base import EpisodicModule, WeightingStrategy
 from lightning_episodes.callbacks import reference as ref
 from lightning_episodes.callbacks._resample_step import Resampler, ResampleStep, SelectionFit, resample_metrics
 from lightning_episodes.callbacks._weighting_options import ESTIMATES, WeightingOptions, check_trainer

@@ -21,7 +21,7 @@ from pytorch_lightning.utilities import rank_zero_warn
 from torch import Tensor
 from typing_extensions import override
 
-from lightning_episodes.algorithms.base import logger_writes
+from lightning_episodes._lightning import logger_writes
 from lightning_episodes.algorithms.nonfinite import (
     KINDS,
     NonFiniteError,

@@ -303,3 +303,9 @@ def test_a_task_samplers_runs_are_a_row_of_their_own(tmp_path: Path) -> None:
     write_run(tmp_path / "both", 0.50, 0.01, sampling=sampling(target="uniform"), data=chosen)
     rows = [row.scheme for row in build_table(load(tmp_path)).rows]
     assert rows == ["baseline", f"baseline (task_sampler={mining})", f"uniform (online, task_sampler={mining})"]
+
+
+def test_a_class_path_backbone_is_named_by_its_class(tmp_path: Path) -> None:
+    resnet = {"class_path": "torchvision.models.ResNet", "init_args": {"layers": [2, 2, 2, 2]}}
+    path = write_run(tmp_path / "resnet", 0.5, 0.01, [weighting("baseline")], hparams={"backbone": resnet})
+    assert read_result(path).column.backbone == "ResNet"
