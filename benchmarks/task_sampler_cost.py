@@ -8,7 +8,6 @@ in one process, through the real ``Trainer`` (no validation, no checkpointing, C
 * ``no_diversity_task``, ``hard_task_mining``, ``adaptive``: ``data.task_sampler`` (the classes chosen when the batch
   reaches the model, the images gathered then; the adaptive two also learn from each step through
   ``TaskSamplerFeedback``); hard-task mining without warm-up, so that every measured step serves mined tasks;
-* ``reweight``: the paper's weighting (``DifficultyWeightingCallback(target="uniform")``), for scale.
 
 The contenders take turns within each round (a busy moment slows them all alike); the table gives the median step
 time and its ratio to plain sampling's.
@@ -30,16 +29,15 @@ import torch
 
 from benchmarks._timing import add_round_arguments, machine, median, round_settings, set_threads, table
 from lightning_episodes import EpisodicDataModule, ProtoNet
-from lightning_episodes.callbacks import DifficultyWeightingCallback, TaskSamplerFeedback
+from lightning_episodes.callbacks import TaskSamplerFeedback
 from lightning_episodes.data import AdaptiveTaskSampler, HardTaskMining, NoDiversityTask, TaskSampler
 
-#: contender -> (a new task sampler or None, whether the paper's weighting is on)
-CONTENDERS: dict[str, tuple[Callable[[], TaskSampler] | None, bool]] = {
-    "plain": (None, False),
-    "no_diversity_task": (NoDiversityTask, False),
-    "hard_task_mining": (lambda: HardTaskMining(warmup_steps=0), False),
-    "adaptive": (AdaptiveTaskSampler, False),
-    "reweight (uniform)": (None, True),
+#: contender -> a new task sampler (``None``: plain sampling)
+CONTENDERS: dict[str, Callable[[], TaskSampler] | None] = {
+    "plain": None,
+    "no_diversity_task": NoDiversityTask,
+    "hard_task_mining": lambda: HardTaskMining(warmup_steps=0),
+    "adaptive": AdaptiveTaskSampler,
 }
 
 
@@ -64,7 +62,7 @@ DATA: dict[bool, dict[str, Any]] = {
 
 def fit(name: str, device: str, steps: int, skip: int, folder: str, quick: bool) -> list[float]:
     """One contender's fit; its measured step times (seconds)."""
-    make, weighted = CONTENDERS[name]
+    make = CONTENDERS[name]
     pl.seed_everything(0, verbose=False)  # the same initial weights and episodes in every contender
     options = DATA[quick]
     data = EpisodicDataModule(
@@ -73,8 +71,6 @@ def fit(name: str, device: str, steps: int, skip: int, folder: str, quick: bool)
     )  # fmt: skip
     clock = Clock(skip, steps)
     callbacks: list[pl.Callback] = [clock, TaskSamplerFeedback()]
-    if weighted:
-        callbacks.append(DifficultyWeightingCallback(target="uniform", warmup_steps=skip))
     trainer = pl.Trainer(
         max_steps=steps, limit_val_batches=0, logger=pl.loggers.CSVLogger(folder), log_every_n_steps=50,
         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False, accelerator=device,

@@ -30,16 +30,7 @@ from lightning_episodes.weighting import (
 )
 from lightning_episodes.weighting.loss import stat_dtype
 
-__all__ = [
-    "MAX_FIT_WARNINGS",
-    "MAX_WARNINGS",
-    "WeightingState",
-    "WeightingStep",
-    "global_weights",
-    "placebo_permutation",
-    "read_record",
-    "step_metrics",
-]
+__all__ = ["WeightingState", "WeightingStep", "global_weights", "placebo_permutation", "read_record", "step_metrics"]
 
 #: non-finite episodes are always counted (and logged); only the first few steps with some are warned about
 MAX_WARNINGS: Final[int] = 10

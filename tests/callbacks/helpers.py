@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytorch_lightning as pl
+import torch
 from pytorch_lightning.callbacks import Callback
 
 
@@ -32,3 +35,19 @@ class SigtermAt(Callback):
     def on_train_batch_end(self, trainer: pl.Trainer, *args: Any) -> None:
         if trainer.global_step == self.step and self.rank in (None, trainer.global_rank):
             os.kill(os.getpid(), signal.SIGTERM)
+
+
+def save_rank(folder: Path, trainer: pl.Trainer, state: dict[str, Any]) -> None:
+    """Saves one process's ``state`` as ``world<W>-rank<R>.pt`` in ``folder`` (a forked DDP process's own copy)."""
+    torch.save(state, folder / f"world{trainer.world_size}-rank{trainer.global_rank}.pt")
+
+
+def one_and_two_processes(folder: Path, fit: Callable[[int], object]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Runs ``fit(devices)`` in one process, then two (each saving with :func:`save_rank` into ``folder``, from the
+    same seed): the single process's saved state and the two processes' states, in rank order."""
+    runs = {}
+    for devices in (1, 2):
+        pl.seed_everything(0)
+        fit(devices)
+        runs[devices] = [torch.load(folder / f"world{devices}-rank{r}.pt", weights_only=True) for r in range(devices)]
+    return runs[1][0], runs[2]

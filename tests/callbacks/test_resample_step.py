@@ -18,7 +18,7 @@ from lightning_episodes.callbacks import DifficultyWeightingCallback
 from lightning_episodes.callbacks._resample_step import ResampleStep, check_datamodule, score_candidates
 from lightning_episodes.data import Episode
 from lightning_episodes.weighting import importance_weights, select_candidates
-from tests.callbacks.helpers import CrashAt
+from tests.callbacks.helpers import CrashAt, one_and_two_processes, save_rank
 from tests.callbacks.test_difficulty_weighting import same_state
 from tests.helpers import tiny_datamodule, tiny_trainer
 
@@ -203,22 +203,20 @@ class Probe(Chosen):
             "grads": self.grads,
             "state": self.weighting.state_dict(),
         }
-        torch.save(saved, self.folder / f"world{trainer.world_size}-rank{trainer.global_rank}.pt")
+        save_rank(self.folder, trainer, saved)
 
 
 @pytest.mark.slow
 def test_two_processes_train_on_the_same_episodes_as_one(tmp_path: Path) -> None:
-    runs = {}
-    for devices in (1, 2):
-        pl.seed_everything(0)
+    def fit(devices: int) -> None:
         callback = _resampling()
         trainer = tiny_trainer(
             devices=devices, max_steps=5, limit_val_batches=0, precision="64-true", callbacks=[callback]
         )
         trainer.callbacks.append(Probe(callback, tmp_path))  # type: ignore[attr-defined]
         trainer.fit(ProtoNet(image_size=16), tiny_datamodule(episodes_per_batch=BATCH))
-        runs[devices] = [torch.load(tmp_path / f"world{devices}-rank{r}.pt", weights_only=True) for r in range(devices)]
-    single, (first, second) = runs[1][0], runs[2]
+
+    single, (first, second) = one_and_two_processes(tmp_path, fit)
     assert same_state(first["state"], second["state"])
     for key in ("selected", "pool"):
         for a, b, c in zip(single[key], first[key], second[key], strict=True):

@@ -10,15 +10,13 @@ import pytest
 import torch
 from scipy import stats
 
-from lightning_episodes.data import (
+from lightning_episodes.data import EpisodeSampler, TaskFeedback, TaskSampler
+from lightning_episodes.data.task_samplers import (
     AdaptiveTaskSampler,
-    EpisodeSampler,
     HardTaskMining,
     NoDiversityBatch,
     NoDiversityTask,
     NoDiversityTasksPerBatch,
-    TaskFeedback,
-    TaskSampler,
 )
 from tests.helpers import roundtrip
 
