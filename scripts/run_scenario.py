@@ -29,6 +29,16 @@ weighting callback's arguments). ``--dry-run`` prints the commands without runni
 
 ``--schemes baseline`` runs the baseline alone (a calibration of the protocol before any other arm).
 
+``--task-sampling NAME...`` (configs of ``configs/task_sampling``, e.g. ``hard_task_mining``) runs every scheme also
+with that task sampler, into ``<scheme>__<NAME>`` beside the plain run (which still runs, or is skipped when done:
+it is the arm the sampler is compared with); an offline scheme keeps the plain baseline's checkpoint as its
+reference. The task samplers' arms of the data-scarce cells::
+
+    python scripts/run_scenario.py --data configs/data/glyphs_100_5w5s.yaml \
+        --model configs/models/protonet_cosine_conv4.yaml --trainer configs/study/scarce_cpu.yaml \
+        --schemes baseline --online-only --task-sampling adaptive hard_task_mining no_diversity_batch \
+        --seeds 0 --out runs/scarce -- --data.train_images_per_class 60
+
 A scheme is a target (``uniform``, ``easy``, ``hard``, ``curriculum``: run as ``<target>_offline`` and/or
 ``<target>_online``) or the name of any other config of ``configs/sampling`` (e.g. ``uniform_online_psis``,
 ``uniform_online_placebo``), run once as it is, with the baseline's best checkpoint as its reference when its name
@@ -49,8 +59,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 SAMPLING = Path(__file__).resolve().parent.parent / "configs" / "sampling"
+TASK_SAMPLING = SAMPLING.parent / "task_sampling"
 SCHEMES = ("uniform", "easy", "hard", "curriculum")
 CONFIGS = tuple(sorted(p.stem for p in SAMPLING.glob("*.yaml") if not p.stem.startswith("baseline")))
+TASK_SAMPLERS = tuple(sorted(p.stem for p in TASK_SAMPLING.glob("*.yaml")))
 RESULTS_FILE = "test_results.json"
 
 Runner = Callable[[list[str]], object]
@@ -93,6 +105,7 @@ def run_scenario(
     cross_domain: Sequence[Path] = (),
     extra: Sequence[str] = (),
     dry_run: bool = False,
+    task_sampling: Sequence[str] = (),
 ) -> list[Path]:
     """Run (or, with ``dry_run``, only pass to ``runner``) the scenario's commands; returns the run folders.
 
@@ -112,6 +125,8 @@ def run_scenario(
             is tested as well.
         extra: arguments appended to every ``fit``.
         dry_run: the baseline is not run, so offline runs name its checkpoint by a placeholder.
+        task_sampling: configs of ``configs/task_sampling``: every scheme also runs with each, into
+            ``<scheme>__<name>``.
     """
     scenario = out / f"{data.stem}__{model.stem}"
     common = ["--config", str(data), "--config", str(model)]
@@ -121,19 +136,22 @@ def run_scenario(
     for seed in seeds:
         folder = scenario / f"seed{seed}"
         baseline = folder / "baseline_online"
-        plan: list[tuple[Path, str, str]] = [(baseline, "baseline_online", "online")]
+        plan: list[tuple[Path, str, str, str | None]] = [(baseline, "baseline_online", "online", None)]
         estimates = [p for p, wanted in (("offline", offline), ("online", online)) if wanted]
         targets = [scheme for scheme in schemes if scheme in SCHEMES]
         for estimate in estimates:
-            plan += [(folder / f"{scheme}_{estimate}", f"{scheme}_{estimate}", estimate) for scheme in targets]
+            plan += [(folder / f"{scheme}_{estimate}", f"{scheme}_{estimate}", estimate, None) for scheme in targets]
         for config in (scheme for scheme in schemes if scheme not in SCHEMES and scheme != "baseline"):
-            plan.append((folder / config, config, "offline" if "_offline" in config else "online"))
-        for run_dir, config, estimate in plan:
+            plan.append((folder / config, config, "offline" if "_offline" in config else "online", None))
+        plan += [(d.with_name(f"{d.name}__{name}"), c, e, name) for name in task_sampling for d, c, e, _ in plan]
+        for run_dir, config, estimate, sampler in plan:
             runs.append(run_dir)
             if finished(run_dir):
                 print(f"[run_scenario] {run_dir} is done: skipped", file=sys.stderr)
                 continue
             args = ["fit", *common, "--config", str(SAMPLING / f"{config}.yaml")]
+            if sampler is not None:
+                args += ["--config", str(TASK_SAMPLING / f"{sampler}.yaml")]
             if estimate == "offline":
                 reference = Path(f"<best checkpoint of {baseline}>") if dry_run else best_checkpoint(baseline)
                 args += [f"--trainer.callbacks.reference_checkpoint={reference}"]
@@ -143,7 +161,7 @@ def run_scenario(
                 print(f"[run_scenario] {run_dir} was stopped during its fit: resumed", file=sys.stderr)
                 args += ["--ckpt_path=last"]
             runner([*args, *extra])
-        for run_dir, _, _ in plan:
+        for run_dir, *_ in plan:
             for config in cross_domain:
                 test_dir = run_dir / "cross_domain" / config.stem
                 if finished(test_dir):
@@ -183,6 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--online-only", action="store_true", help="run the schemes online only (no reference)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--cross-domain", type=Path, nargs="*", default=[], help="e.g. configs/data/cub200.yaml")
+    parser.add_argument("--task-sampling", nargs="+", default=[], choices=TASK_SAMPLERS, help="also with these")
     parser.add_argument("--out", type=Path, default=Path("runs"))
     parser.add_argument("--launcher", default=f"{shlex.quote(sys.executable)} -m lightning_episodes")
     parser.add_argument("--dry-run", action="store_true", help="print the commands instead of running them")
@@ -192,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         run_scenario(args.data, args.model, args.out, runner, args.trainer, args.schemes,
                      args.online or args.online_only, args.seeds, not args.online_only, args.cross_domain, extra,
-                     args.dry_run)  # fmt: skip
+                     args.dry_run, args.task_sampling)  # fmt: skip
     except (FileNotFoundError, subprocess.CalledProcessError) as error:
         print(f"[run_scenario] {error}", file=sys.stderr)
         return 1

@@ -64,3 +64,25 @@ def test_the_baseline_scheme_runs_the_baseline_alone_from_the_command_line(
         ["seed1", "baseline_online"],
     ]
     assert all(c.endswith("--data.train_images_per_class 30") for c in commands)
+
+
+def test_a_task_sampler_runs_every_scheme_again_beside_the_plain_runs(tmp_path: Path) -> None:
+    data, model = ROOT / "configs/data/glyphs_5w1s.yaml", ROOT / "configs/models/protonet_euclidean_conv4.yaml"
+    commands: list[list[str]] = []
+    samplers = ["adaptive", "hard_task_mining"]
+    run_scenario(
+        data, model, tmp_path, commands.append, schemes=["uniform_offline"], dry_run=True, task_sampling=samplers
+    )
+    runs = {next(a for a in c if a.startswith("--trainer.default_root_dir=")).rsplit("/", 1)[1]: c for c in commands}
+    assert list(runs) == [
+        "baseline_online", "uniform_offline",
+        "baseline_online__adaptive", "uniform_offline__adaptive",
+        "baseline_online__hard_task_mining", "uniform_offline__hard_task_mining",
+    ]  # fmt: skip
+    for name, command in runs.items():
+        configs = [Path(command[i + 1]) for i, a in enumerate(command) if a == "--config"]
+        scheme, _, sampler = name.partition("__")
+        assert configs[2] == ROOT / "configs" / "sampling" / f"{scheme}.yaml"
+        assert configs[3:] == ([ROOT / "configs" / "task_sampling" / f"{sampler}.yaml"] if sampler else [])
+    reference = next(a for a in runs["uniform_offline__adaptive"] if a.startswith("--trainer.callbacks.reference"))
+    assert reference.endswith("/seed0/baseline_online>")  # the plain baseline's checkpoint
