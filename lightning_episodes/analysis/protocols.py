@@ -24,6 +24,9 @@ _DATA_IGNORED = frozenset(
 #: data settings added after runs were recorded, at the value that does what the older runs did: left out at that
 #: value, so a run recorded before the setting existed and one at its default are one protocol
 _DATA_ADDED = {"train_images_per_class": None}
+#: data settings that make a row, not a column: the task sampler chooses the training episodes, as the weighting does
+#: (a report names it in the row: ``baseline (task_sampler=...)``)
+_DATA_ROW = frozenset({"task_sampler"})
 #: model settings that change speed or memory, not the numbers (beyond rounding)
 _MODEL_IGNORED = frozenset({"channels_last", "compile_backbone", "cuda_graphs"})
 #: the Trainer's settings that change what is trained or which checkpoint is tested
@@ -60,7 +63,7 @@ def _arguments(section: Any) -> Mapping[str, Any]:
 
 def _in_protocol(data_setting: str, value: Any) -> bool:
     added_default = data_setting in _DATA_ADDED and value == _DATA_ADDED[data_setting]
-    return data_setting not in _DATA_IGNORED and not added_default
+    return data_setting not in _DATA_IGNORED | _DATA_ROW and not added_default
 
 
 def protocol_of(config: Mapping[str, Any] | None, record: Mapping[str, Any]) -> Protocol:

@@ -135,3 +135,19 @@ def test_a_scarce_training_split_is_another_column_named_by_its_size(tmp_path: P
         "Glyphs-100, Conv-4, 5-way 1-shot [train_images_per_class=–]",
     ]
     assert [table.cells[table.rows[0], column].seeds for column in table.columns] == [1, 2]
+
+
+def test_a_task_sampler_is_a_row_not_a_column(tmp_path: Path) -> None:
+    """The classes a task sampler chooses make a scheme of their own (a row), on the benchmark's column: a plain run
+    whose config says ``task_sampler: null`` and one recorded before the option existed are one protocol."""
+    mining = {"class_path": "lightning_episodes.data.HardTaskMining", "init_args": {"buffer_size": 50}}
+    assert protocol_of(config(0, task_sampler=mining), {}) == protocol_of(config(0), {})
+    assert protocol_of(config(0, task_sampler=None), {}) == protocol_of(config(0), {})
+    assert protocol_of(None, {"data": {"ways": 5, "task_sampler": "HardTaskMining()"}}) == (("data.ways", "5"),)
+    plain = write(tmp_path / "plain", 0.6, config(0, task_sampler=None))
+    mined = write(tmp_path / "mined", 0.62, config(0, task_sampler=mining))
+    record = json.loads(mined.read_text())
+    mined.write_text(json.dumps({**record, "data": {**record["data"], "task_sampler": "HardTaskMining()"}}))
+    table = build_table([read_result(plain), read_result(mined)])
+    assert len(table.columns) == 1
+    assert [row.scheme for row in table.rows] == ["baseline", "baseline (task_sampler=HardTaskMining())"]
