@@ -52,7 +52,10 @@ def run_checks(checks: Mapping[str, Check[S]], spec: S, only: Iterable[str] | No
         try:
             check.run(spec)
         except AssertionError as error:
-            raise AssertionError(f"{spec} breaks the contract's {name!r}: {error}") from error
+            detail = str(error).strip()
+            if detail:  # numpy's and torch's messages span lines: they start on a line of their own
+                detail = (":\n" if "\n" in detail else ": ") + detail
+            raise AssertionError(f"{spec} breaks the contract's {name!r}{detail}") from error
         except Exception as error:
             error.add_note(f"(raised while checking {name!r} of {spec})")
             raise
