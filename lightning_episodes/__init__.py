@@ -46,7 +46,19 @@ _EXPORTS = {
 
 #: the subpackages and modules, imported on first use as attributes (``lightning_episodes.callbacks``)
 _SUBMODULES = frozenset(
-    ("algorithms", "analysis", "callbacks", "cli", "commands", "console", "data", "inference", "models", "weighting")
+    (
+        "algorithms",
+        "analysis",
+        "callbacks",
+        "cli",
+        "commands",
+        "console",
+        "data",
+        "inference",
+        "models",
+        "testing",
+        "weighting",
+    )
 )
 
 __all__ = [

@@ -2,54 +2,26 @@
 
 from __future__ import annotations
 
-import io
 import json
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytorch_lightning as pl
 import torch
-from pytorch_lightning.strategies import DDPStrategy
 from torch import nn
 
-from lightning_episodes import EpisodicDataModule
+from lightning_episodes.testing import roundtrip, same_state, tiny_datamodule, tiny_trainer
 
-
-def tiny_datamodule(**overrides: Any) -> EpisodicDataModule:
-    options: dict[str, Any] = {
-        "dataset": "tiny",
-        "ways": 5,
-        "shots": 2,
-        "queries": 3,
-        "episodes_per_batch": 4,
-        "val_episodes": 30,
-        "test_episodes": 30,
-        "image_size": 16,
-        "seed": 0,
-    }
-    options.update(overrides)
-    return EpisodicDataModule(**options)
-
-
-def tiny_trainer(devices: int = 1, **overrides: Any) -> pl.Trainer:
-    options: dict[str, Any] = {
-        "accelerator": "cpu",
-        "devices": devices,
-        "max_steps": 6,
-        "val_check_interval": 3,
-        "check_val_every_n_epoch": None,
-        "logger": False,
-        "enable_checkpointing": False,
-        "enable_progress_bar": False,
-        "enable_model_summary": False,
-        "deterministic": True,
-    }
-    if devices > 1:
-        # fork starts in ~0.2 s and works inside pytest; a short timeout turns a hang into a failure
-        options["strategy"] = DDPStrategy(start_method="fork", timeout=timedelta(seconds=60))
-    options.update(overrides)
-    return pl.Trainer(**options)
+__all__ = [  # the tiny data module and trainer and the state helpers are the package's, imported from here
+    "RESNET18",
+    "SmallNet",
+    "fit_and_test_record",
+    "roundtrip",
+    "same_state",
+    "tiny_cli_options",
+    "tiny_datamodule",
+    "tiny_trainer",
+]
 
 
 def tiny_cli_options(folder: Path | str, **overrides: Any) -> list[str]:
@@ -70,24 +42,6 @@ def tiny_cli_options(folder: Path | str, **overrides: Any) -> list[str]:
     }
     options.update(overrides)
     return [f"--{key}={value}" for key, value in options.items()]
-
-
-def roundtrip(state: dict[str, Any]) -> dict[str, Any]:
-    """``state`` through ``torch.save`` and a ``weights_only`` load, as a checkpoint carries it (plain values and
-    CPU tensors only, or the load fails)."""
-    buffer = io.BytesIO()
-    torch.save(state, buffer)
-    buffer.seek(0)
-    return torch.load(buffer, weights_only=True)
-
-
-def same_state(a: object, b: object) -> bool:
-    """Whether two (nested) state dicts hold the same keys, equal tensors and equal values."""
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(same_state(a[k], b[k]) for k in a)
-    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
-        return torch.equal(a, b)
-    return a == b
 
 
 def fit_and_test_record(

@@ -1,4 +1,4 @@
-"""Small builders the algorithm tests share: synthetic episodes, an identity backbone, the command line, gradients."""
+"""Small builders the algorithm tests share: synthetic episodes, an identity backbone, gradients."""
 
 from __future__ import annotations
 
@@ -6,7 +6,6 @@ import torch
 from torch import nn
 
 from lightning_episodes.algorithms.base import EpisodicModule
-from lightning_episodes.cli import EpisodicCLI, main
 from lightning_episodes.data.episode import Episode
 
 HIDDEN = 16  # a narrow conv4 keeps the float64 second-order comparisons fast
@@ -38,8 +37,3 @@ def our_gradients(model: EpisodicModule, batch: Episode) -> dict[str, torch.Tens
     model.zero_grad()
     model.episode_losses(batch).losses.mean().backward()
     return {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
-
-
-def build_cli(*args: str) -> EpisodicCLI:
-    """The command line, parsed and instantiated on the tiny dataset without running anything."""
-    return main([*args, "--data.dataset", "tiny", "--data.image_size", "16", "--trainer.logger", "false"], run=False)

@@ -27,7 +27,7 @@ from tests.helpers import tiny_datamodule, tiny_trainer
 
 BIN = Path(sys.executable).parent
 WAYS, SHOTS, QUERIES = 3, 2, 2
-TINY_MEAN, TINY_STD = 0.5, 0.25  # tests/conftest.py's tiny dataset
+TINY_MEAN, TINY_STD = 0.5, 0.25  # lightning_episodes.testing's tiny dataset
 
 
 def _trained(tmp_path: Path, model: EpisodicModule, name: str) -> Path:

@@ -10,45 +10,16 @@ from __future__ import annotations
 import io
 import pickle
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import scipy.io
 from PIL import Image
 
-#: Colour of images that a loader must leave out (never a class colour, see :func:`class_colour`).
+from lightning_episodes.testing.datasets import RGB, Fabricated  # what a writer returns: what the loader must make
+
+#: Colour of images that a loader must leave out (never a class colour, see :meth:`Fabricated.add`).
 EXCLUDED = (255, 0, 255)
-RGB = tuple[int, int, int]
-
-
-@dataclass
-class Fabricated:
-    """What a loader must return for a fabricated dataset.
-
-    Args:
-        split_classes: class names per split, in the order the loader must number them.
-        colours: class name → the solid colour of its images.
-        counts: class name → how many of its images the loader must keep.
-        groups: class name → group, for datasets with groups.
-        excluded: images written that the loader must leave out.
-    """
-
-    split_classes: dict[str, list[str]]
-    colours: dict[str, RGB] = field(default_factory=dict)
-    counts: dict[str, int] = field(default_factory=dict)
-    groups: dict[str, str] | None = None
-    excluded: int = 0
-
-    def add(self, name: str, count: int) -> RGB:
-        self.colours[name] = class_colour(len(self.colours))
-        self.counts[name] = count
-        return self.colours[name]
-
-
-def class_colour(k: int) -> RGB:
-    """A colour per class index, channels 16 apart (robust to JPEG), distinct for 4,096 classes."""
-    return (k % 16 * 16 + 8, k // 16 % 16 * 16 + 8, k // 256 % 16 * 16 + 8)
 
 
 def solid(colour: RGB, size: tuple[int, int] = (21, 15)) -> Image.Image:

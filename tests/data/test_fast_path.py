@@ -15,7 +15,7 @@ from torch.utils.data import DataLoader
 import lightning_episodes.data.sampler as sampler_module
 from lightning_episodes.data import EpisodeAssembler, EpisodeSampler, TrainingEpisodes
 from lightning_episodes.data.episode import Episode
-from tests.conftest import decode_rows, tiny_dataset
+from lightning_episodes.testing import decode_rows, tiny_dataset
 
 
 def check_valid(labels, sampler, ident, classes) -> None:  # type: ignore[no-untyped-def]

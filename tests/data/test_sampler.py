@@ -10,7 +10,7 @@ from scipy import stats
 from torch.utils.data import DataLoader
 
 from lightning_episodes.data import EpisodeAssembler, EpisodeSampler, EvaluationEpisodes, TrainingEpisodes
-from tests.conftest import decode_rows, tiny_dataset
+from lightning_episodes.testing import decode_rows, tiny_dataset
 
 
 def _sampler(ways: int = 5, shots: int = 2, queries: int = 3, uneven: bool = False) -> EpisodeSampler:

@@ -15,8 +15,8 @@ from pytorch_lightning.callbacks import Callback, ModelCheckpoint
 from lightning_episodes import EpisodicDataModule, ProtoNet
 from lightning_episodes.cli import main
 from lightning_episodes.data.sampler import keep_per_class
+from lightning_episodes.testing import decode_rows, tiny_dataset
 from tests.callbacks.helpers import CrashAt
-from tests.conftest import decode_rows, tiny_dataset
 from tests.helpers import tiny_datamodule, tiny_trainer
 
 STEPS = 60  # 240 episodes of 5 of the 12 training classes: every class ~100 times, so every kept image is drawn

@@ -1,7 +1,8 @@
-"""The contract every registered normaliser keeps: one row per entry of the registry.
+"""The contract every registered normaliser keeps: one row per entry of the registry, checked by
+:func:`lightning_episodes.testing.check_normalizer`.
 
 A row names the normaliser and writes out the loss it must give at each step of a run (a warm-up of weights 1,
-then heavy-tailed weights) from that run's weights so far; the tests check the loss step by step, the checkpoint
+then heavy-tailed weights) from that run's weights so far; the harness checks the loss step by step, the checkpoint
 round-trip of the state, and a resumed run against an uninterrupted one. A new normaliser is its file plus a row
 here (``tests/callbacks/test_ddp.py``'s cases are built from the registry); ``tests/weighting/extensions.py`` holds a
 test-only one (``tests.batch``) to prove it.
@@ -10,27 +11,17 @@ test-only one (``tests.batch``) to prove it.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 import torch
 
-from lightning_episodes.weighting import (
-    Normalizer,
-    available_normalizers,
-    make_normalizer,
-    pareto_smooth,
-    weighted_loss,
-)
-from tests.helpers import roundtrip, same_state
+from lightning_episodes.testing import NORMALIZER_CHECKS, NormalizerSpec, check_normalizer, contract_params
+from lightning_episodes.weighting import available_normalizers, pareto_smooth
 from tests.weighting import extensions
 
-WARMUP, STEPS, BATCH, WINDOW, DECAY = 3, 12, 8, 30, 0.5
+WINDOW, DECAY = 30, 0.5
 OPTIONS = {"window": WINDOW, "running_decay": DECAY}
-
-#: ``expected(history, weights, losses)``: the step's loss from the raw weights of the earlier steps after the
-#: warm-up (``history``, oldest first), the step's raw weights and its losses
-Expected = Callable[[list[torch.Tensor], list[torch.Tensor], torch.Tensor, torch.Tensor], float]
 
 
 def _ess(_: list[torch.Tensor], __: list[torch.Tensor], w: torch.Tensor, losses: torch.Tensor) -> float:
@@ -62,11 +53,17 @@ def _batch(_: list[torch.Tensor], __: list[torch.Tensor], w: torch.Tensor, losse
     return float((w * losses).sum()) / w.numel()
 
 
-ROWS: dict[str, Expected] = {
-    "ess": _ess, "self": _self, "truncated": _truncated, "psis": _psis, "running": _running,
-    extensions.NORMALIZER: _batch,
-}  # fmt: skip
-NAMES = list(ROWS)
+ROWS = [
+    NormalizerSpec(name, expected, OPTIONS)
+    for name, expected in (
+        ("ess", _ess),
+        ("self", _self),
+        ("truncated", _truncated),
+        ("psis", _psis),
+        ("running", _running),
+        (extensions.NORMALIZER, _batch),
+    )
+]
 
 
 @pytest.fixture(autouse=True)
@@ -75,57 +72,11 @@ def _registered() -> Iterator[None]:
         yield
 
 
-def _run() -> list[tuple[torch.Tensor, torch.Tensor, bool]]:
-    """``(raw weights, losses, warm-up)`` of each step: 1s, then log-normal weights with an occasional outlier."""
-    generator = torch.Generator().manual_seed(0)
-    steps = []
-    for step in range(STEPS):
-        losses = torch.rand(BATCH, generator=generator, dtype=torch.float64) + 0.5
-        if step < WARMUP:
-            steps.append((torch.ones(BATCH, dtype=torch.float64), losses, True))
-            continue
-        w = torch.exp(1.5 * torch.randn(BATCH, generator=generator, dtype=torch.float64))
-        steps.append((w, losses, False))
-    return steps
-
-
-def _loss(normalizer: Normalizer, w: torch.Tensor, losses: torch.Tensor) -> float:
-    step = normalizer.normalize(w)
-    return float(weighted_loss(losses, step.weights, step.divisor, denominator=step.denominator).loss)
-
-
 def test_every_registered_normaliser_has_a_row_and_the_library_order() -> None:
-    assert set(available_normalizers()) == set(ROWS)
+    assert set(available_normalizers()) == {row.normalizer for row in ROWS}
     assert available_normalizers()[:5] == ("ess", "self", "truncated", "psis", "running")
 
 
-@pytest.mark.parametrize("name", NAMES)
-def test_each_steps_loss_is_the_written_out_formula(name: str) -> None:
-    normalizer, expected = make_normalizer(name, **OPTIONS), ROWS[name]
-    after: list[torch.Tensor] = []
-    every: list[torch.Tensor] = []
-    for w, losses, warmup in _run():
-        assert _loss(normalizer, w, losses) == pytest.approx(expected(after, every, w, losses), rel=1e-12)
-        normalizer.update(w, warmup=warmup)
-        every.append(w)
-        if not warmup:
-            after.append(w)
-
-
-@pytest.mark.parametrize("name", NAMES)
-def test_a_resumed_normaliser_continues_exactly(name: str) -> None:
-    run = _run()
-    uninterrupted, first = make_normalizer(name, **OPTIONS), make_normalizer(name, **OPTIONS)
-    losses = []
-    for step, (w, loss, warmup) in enumerate(run):
-        losses.append(_loss(uninterrupted, w, loss))
-        uninterrupted.update(w, warmup=warmup)
-        if step < STEPS // 2:
-            first.update(w, warmup=warmup)
-    resumed = make_normalizer(name, **OPTIONS)
-    resumed.load_state_dict(roundtrip(first.state_dict()))
-    assert same_state(resumed.state_dict(), first.state_dict())
-    for step, (w, loss, warmup) in enumerate(run[STEPS // 2 :], start=STEPS // 2):
-        assert _loss(resumed, w, loss) == losses[step], step
-        resumed.update(w, warmup=warmup)
-    assert same_state(resumed.state_dict(), uninterrupted.state_dict())
+@pytest.mark.parametrize(("row", "check"), contract_params(ROWS, NORMALIZER_CHECKS))
+def test_the_normaliser_keeps_the_contract(row: NormalizerSpec, check: str) -> None:
+    check_normalizer(row, checks=[check])

@@ -39,7 +39,7 @@ Z = standard_normal_mass(C)
 def _sample(proposal: str, n: int, seed: int) -> torch.Tensor:
     """Difficulties from the law of the proposal's contract row (normal; log-normal, right skew ~2 like glyphs'
     difficulties; gamma for the empirical)."""
-    law = ROWS[proposal].law
+    law = next(row.law for row in ROWS if row.proposal == proposal)
     return torch.from_numpy(law.rvs(size=n, random_state=np.random.default_rng(seed)))
 
 
