@@ -9,8 +9,9 @@ LightningCLI accepts their short names (``--model MAML``).
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from lightning_episodes._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from lightning_episodes.algorithms import (
@@ -82,16 +83,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    if name in _SUBMODULES:
-        return importlib.import_module(f"{__name__}.{name}")
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'lightning_episodes' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # once: later look-ups are plain attribute reads
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_EXPORTS})
+__getattr__, __dir__ = lazy_exports("lightning_episodes", globals(), _EXPORTS, _SUBMODULES)

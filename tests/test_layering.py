@@ -21,10 +21,10 @@ PACKAGE = "lightning_episodes"
 #: The layers, lowest first: a module may import its own layer and the layers before it. The names are the first
 #: component under ``lightning_episodes`` (a subpackage or a top-level module); ``""`` is the package itself.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    # the package's own __init__ (its version; its exports are imported lazily, by name), the files and locks of a
-    # run's output folders, and what the package reads of Lightning's private state: none imports anything of the
-    # package
-    ("", "run_folder", "_lightning"),
+    # the package's own __init__ (its version; its exports are imported lazily, by name, through _lazy), the files and
+    # locks of a run's output folders, and what the package reads of Lightning's private state: none imports anything
+    # of the package beyond this layer
+    ("", "run_folder", "_lightning", "_lazy"),
     ("data",),
     ("models",),
     ("weighting",),

@@ -13,8 +13,9 @@ The names below are imported when first used, so that checking a target does not
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from lightning_episodes._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from lightning_episodes.testing._checks import Check, contract_params, roundtrip, same_state
@@ -87,14 +88,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'lightning_episodes.testing' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # once: later look-ups are plain attribute reads
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_EXPORTS})
+__getattr__, __dir__ = lazy_exports("lightning_episodes.testing", globals(), _EXPORTS)

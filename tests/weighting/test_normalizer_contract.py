@@ -11,7 +11,6 @@ test-only one (``tests.batch``) to prove it.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 
 import pytest
 import torch
@@ -66,10 +65,7 @@ ROWS = [
 ]
 
 
-@pytest.fixture(autouse=True)
-def _registered() -> Iterator[None]:
-    with extensions.registered():
-        yield
+pytestmark = pytest.mark.usefixtures("registered_extensions")  # tests/weighting/conftest.py
 
 
 def test_every_registered_normaliser_has_a_row_and_the_library_order() -> None:

@@ -11,7 +11,6 @@ the registry); ``tests/weighting/extensions.py`` holds a test-only one (``tests.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -58,10 +57,7 @@ ROWS = [
 ]
 
 
-@pytest.fixture(autouse=True)
-def _registered() -> Iterator[None]:
-    with extensions.registered():
-        yield
+pytestmark = pytest.mark.usefixtures("registered_extensions")  # tests/weighting/conftest.py
 
 
 def test_every_registered_proposal_has_a_row_and_the_library_order() -> None:

@@ -12,8 +12,6 @@ support widths ``c`` of a property are one test). A new target is its file plus 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import numpy as np
 import pytest
 from scipy import stats
@@ -39,10 +37,7 @@ ROWS = [
 ]
 
 
-@pytest.fixture(autouse=True)
-def _registered() -> Iterator[None]:
-    with extensions.registered():
-        yield
+pytestmark = pytest.mark.usefixtures("registered_extensions")  # tests/weighting/conftest.py
 
 
 def test_every_registered_target_has_a_row_and_the_library_order() -> None:
