@@ -11,7 +11,8 @@ import torch.nn.functional as F
 import lightning_episodes.algorithms.maml as maml_module
 from lightning_episodes.algorithms import ANIL
 from lightning_episodes.data.episode import Episode
-from tests.algorithms.builders import HIDDEN, build_cli, our_gradients, random_episodes
+from lightning_episodes.testing.algorithms import build_cli
+from tests.algorithms.builders import HIDDEN, our_gradients, random_episodes
 from tests.helpers import tiny_datamodule, tiny_trainer
 
 l2l = pytest.importorskip("learn2learn")

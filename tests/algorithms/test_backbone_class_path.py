@@ -18,7 +18,7 @@ from lightning_episodes import ProtoNet
 from lightning_episodes.algorithms.loading import CheckpointError, load_episodic_module
 from lightning_episodes.cli import main
 from lightning_episodes.models import EpisodeAdapter
-from tests.algorithms.builders import build_cli
+from lightning_episodes.testing.algorithms import build_cli
 from tests.helpers import RESNET18, SmallNet, tiny_cli_options, tiny_datamodule, tiny_trainer
 
 SMALL_NET = {"class_path": "tests.helpers.SmallNet", "init_args": {"width": 4}}

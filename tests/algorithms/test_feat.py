@@ -14,7 +14,8 @@ from pytorch_lightning.callbacks import Callback
 from torch import nn
 
 from lightning_episodes.algorithms import FEAT
-from tests.algorithms.builders import Flatten, build_cli, feature_episodes
+from lightning_episodes.testing.algorithms import build_cli
+from tests.algorithms.builders import Flatten, feature_episodes
 from tests.helpers import tiny_datamodule, tiny_trainer
 
 

@@ -21,7 +21,7 @@ from torch._dynamo.utils import counters
 from lightning_episodes import ANIL, FEAT, MAML, EpisodicDataModule, EpisodicModule, Pretrain, ProtoNet
 from lightning_episodes.callbacks.reference import load_reference
 from lightning_episodes.models import EpisodicBackbone
-from tests.algorithms.builders import build_cli
+from lightning_episodes.testing.algorithms import build_cli
 from tests.helpers import tiny_datamodule, tiny_trainer
 
 TINY = {"in_channels": 3, "image_size": 16}

@@ -11,7 +11,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from lightning_episodes.algorithms import FEAT, Pretrain
-from tests.algorithms.builders import Flatten, build_cli, feature_episodes, random_episodes
+from lightning_episodes.testing.algorithms import build_cli
+from tests.algorithms.builders import Flatten, feature_episodes, random_episodes
 from tests.helpers import tiny_datamodule, tiny_trainer
 
 
