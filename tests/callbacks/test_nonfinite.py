@@ -23,6 +23,7 @@ from lightning_episodes.callbacks import (
     NonFiniteGuard,
     PreemptionHandler,
     ResumableCheckpoint,
+    TaskSamplerFeedback,
     TestResultsWriter,
     default_callbacks,
 )
@@ -142,14 +143,15 @@ def test_the_module_adds_no_callback_and_default_callbacks_adds_those_missing() 
     trainer = tiny_trainer(max_steps=1, limit_val_batches=0)
     trainer.fit(ProtoNet(image_size=16), tiny_datamodule())
     assert not [cb for cb in trainer.callbacks if isinstance(cb, NonFiniteGuard | TestResultsWriter)]
-    assert [type(cb) for cb in default_callbacks()] == [NonFiniteGuard, TestResultsWriter, PreemptionHandler]
+    defaults = [NonFiniteGuard, TestResultsWriter, PreemptionHandler, TaskSamplerFeedback]
+    assert [type(cb) for cb in default_callbacks()] == defaults
     mine = NonFiniteGuard(max_consecutive=7)
-    assert [type(cb) for cb in default_callbacks([mine])] == [TestResultsWriter, PreemptionHandler]
+    assert [type(cb) for cb in default_callbacks([mine])] == defaults[1:]
 
     class Writer(TestResultsWriter):  # a subclass counts as one
         pass
 
-    assert default_callbacks([Writer(), mine, PreemptionHandler()]) == []
+    assert default_callbacks([Writer(), mine, PreemptionHandler(), TaskSamplerFeedback()]) == []
 
 
 def test_the_command_line_adds_the_missing_default_callbacks_before_the_checkpoint() -> None:
