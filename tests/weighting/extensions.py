@@ -69,9 +69,12 @@ class BatchNormalizer(Normalizer):
 
 @contextmanager
 def registered() -> Iterator[None]:
-    """The three registered under their dotted names for the duration; the registries restored afterwards."""
+    """The registries hold the built-in entries and these three, under their dotted names, for the duration (whatever
+    else an earlier test or doctest registered is set aside), and are restored afterwards."""
     registries = (TARGET_REGISTRY, PROPOSAL_REGISTRY, NORMALIZER_REGISTRY)
     saved = [dict(registry._entries) for registry in registries]
+    for registry, entries in zip(registries, saved, strict=True):
+        registry._entries = {name: entry for name, entry in entries.items() if name in registry.order}
     register_target(TARGET, Triangular)
     register_proposal(PROPOSAL, GumbelProposal)
     register_normalizer(NORMALIZER, BatchNormalizer)
