@@ -84,11 +84,16 @@ class TaskSamplerFeedback(Callback):
         confusion = None
         if sampler.needs_confusion:
             confusion = soft_confusion(outputs["query_logits"], batch.query_labels, classes.shape[1])
-        gather = trainer.strategy.all_gather  # (W, B_local, ...) under DDP, unchanged in one process: rank order
-        parts = [classes, outputs["difficulties"].detach().double()] + ([] if confusion is None else [confusion])
-        gathered = [gather(part).reshape(-1, *part.shape[1:]) for part in parts]
+        # one collective a step: classes (exact in float64), losses and confusions side by side, per episode
+        ways = classes.shape[1]
+        parts = [classes.double(), outputs["difficulties"].detach().double()[:, None]]
+        parts += [] if confusion is None else [confusion.to(classes.device).flatten(1)]
+        everything = trainer.strategy.all_gather(torch.cat(parts, dim=1))  # (W, B_local, ...) under DDP: rank order
+        everything = everything.reshape(-1, everything.shape[-1])
+        global_classes, losses = everything[:, :ways].long(), everything[:, ways]
+        global_confusion = None if confusion is None else everything[:, ways + 1 :].reshape(-1, ways, ways)
         step = int(batch.identity.episode_ids[0]) // datamodule.episodes_per_batch
-        datamodule.task_feedback(step, gathered[0], gathered[1], None if confusion is None else gathered[2])
+        datamodule.task_feedback(step, global_classes, losses, global_confusion)
 
 
 def _gives_query_logits(module: pl.LightningModule) -> bool:

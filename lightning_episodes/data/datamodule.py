@@ -193,7 +193,11 @@ class EpisodicDataModule(pl.LightningDataModule):
                 ) from None
         self.check_world_size(self.world_size)
         if self.task_sampler is not None:
-            self.task_sampler.bind(self.samplers["train"].num_classes, self.ways, self.episodes_per_batch)
+            train_classes = self.samplers["train"].classes
+            #: global class id -> its position in the training split (the task sampler's index), -1 elsewhere
+            self._split_positions = torch.full((int(train_classes.max()) + 1,), -1, dtype=torch.long)
+            self._split_positions[train_classes] = torch.arange(len(train_classes))
+            self.task_sampler.bind(len(train_classes), self.ways, self.episodes_per_batch)
             if stage == "fit":
                 self._check_feedback()
 
@@ -207,7 +211,7 @@ class EpisodicDataModule(pl.LightningDataModule):
             raise ValueError(
                 f"data.task_sampler={self.task_sampler!r} learns from the model: add the "
                 "lightning_episodes.callbacks.TaskSamplerFeedback callback to trainer.callbacks "
-                "(configs/sampling/ holds configs that do both)"
+                "(the command line adds it to every run)"
             )
 
     def task_feedback(
@@ -224,10 +228,7 @@ class EpisodicDataModule(pl.LightningDataModule):
         """
         if self.task_sampler is None:
             return
-        split = self.samplers["train"].classes
-        lookup = torch.full((int(split.max()) + 1,), -1, dtype=torch.long)
-        lookup[split] = torch.arange(len(split))
-        positions = lookup[class_ids.to("cpu", torch.long)]
+        positions = self._split_positions[class_ids.to("cpu", torch.long)]
         host = None if confusion is None else confusion.detach().to("cpu", torch.float64)
         self.task_sampler.update(TaskFeedback(step, positions, losses.detach().to("cpu", torch.float64), host))
 
