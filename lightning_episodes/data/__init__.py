@@ -4,6 +4,7 @@ from lightning_episodes.data.assembly import EpisodeAssembler
 from lightning_episodes.data.augment import RandomShiftFlip
 from lightning_episodes.data.datamodule import EpisodicDataModule
 from lightning_episodes.data.datasets import ImageDataset, available_datasets, load_dataset, register_dataset
+from lightning_episodes.data.dpp import DynamicDPP, StaticDPP
 from lightning_episodes.data.episode import Episode, EpisodeIdentity
 from lightning_episodes.data.sampler import EpisodeSampler, keep_per_class, mix_seed
 from lightning_episodes.data.streams import EvaluationEpisodes, TrainingEpisodes
@@ -19,6 +20,7 @@ from lightning_episodes.data.task_samplers import (
 
 __all__ = [
     "AdaptiveTaskSampler",
+    "DynamicDPP",
     "Episode",
     "EpisodeAssembler",
     "EpisodeIdentity",
@@ -31,6 +33,7 @@ __all__ = [
     "NoDiversityTask",
     "NoDiversityTasksPerBatch",
     "RandomShiftFlip",
+    "StaticDPP",
     "TaskFeedback",
     "TaskSampler",
     "TrainingEpisodes",

@@ -198,6 +198,8 @@ class EpisodicDataModule(pl.LightningDataModule):
             self._split_positions = torch.full((int(train_classes.max()) + 1,), -1, dtype=torch.long)
             self._split_positions[train_classes] = torch.arange(len(train_classes))
             self.task_sampler.bind(len(train_classes), self.ways, self.episodes_per_batch)
+            if self.task_sampler.needs_class_features:
+                self._check_images_per_class(self.task_sampler.images_per_class)
             if stage == "fit":
                 self._check_feedback()
 
@@ -213,6 +215,41 @@ class EpisodicDataModule(pl.LightningDataModule):
                 "lightning_episodes.callbacks.TaskSamplerFeedback callback to trainer.callbacks "
                 "(the command line adds it to every run)"
             )
+
+    def _check_images_per_class(self, count: int) -> None:
+        """A sampler's ``images_per_class`` must fit in every training class's images (a scarce split's too)."""
+        available = int(self.samplers["train"].counts.min())
+        if count > available:
+            raise ValueError(
+                f"data.task_sampler.images_per_class={count} exceeds the {available} training images of the "
+                f"smallest training class (dataset {self.dataset_name!r})"
+            )
+
+    def class_images(
+        self, count: int, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32
+    ) -> torch.Tensor:
+        """``[N, count, C, H, W]``: ``count`` normalised images of each training class, in the order of the training
+        split's class list (a task sampler's positions), without augmentation.
+
+        Each class gives the first ``count`` of its images in the fixed order of the data seed
+        (:func:`~lightning_episodes.data.keep_per_class`), so they are among a scarce split's training images and
+        the same for every run and rank.
+
+        Raises:
+            RuntimeError: before :meth:`setup`.
+            ValueError: if a training class has fewer than ``count`` training images.
+        """
+        if self.assembler is None or self.data is None:
+            raise RuntimeError("call setup() before asking for class images")
+        self._check_images_per_class(count)
+        classes = self.samplers["train"].classes
+        rows = keep_per_class(self.data.labels, classes.tolist(), count, self.seed, "images_per_class")
+        positions = torch.full((int(classes.max()) + 1,), -1, dtype=torch.long)
+        positions[classes] = torch.arange(len(classes))
+        rows = rows[torch.argsort(positions[self.data.labels[rows]], stable=True)].view(len(classes), count)
+        images = self.assembler.images[rows.to(self.assembler.images.device)].to(device)
+        scale, shift = self.assembler.scale.to(device, dtype), self.assembler.shift.to(device, dtype)
+        return images.to(dtype).mul_(scale).add_(shift)
 
     def task_feedback(
         self, step: int, class_ids: torch.Tensor, losses: torch.Tensor, confusion: torch.Tensor | None

@@ -88,6 +88,12 @@ class TaskSampler(ABC):
     adaptive: ClassVar[bool] = False
     #: ``True`` when :meth:`update` reads :attr:`TaskFeedback.confusion` (the algorithm must give query logits)
     needs_confusion: ClassVar[bool] = False
+    #: ``True`` when the sampler reads the mean features of every training class (:meth:`set_class_features`)
+    needs_class_features: ClassVar[bool] = False
+    #: training images per class whose features are averaged (with ``needs_class_features``)
+    images_per_class: int = 0
+    #: the checkpoint of a frozen model that gives the class features (``None``: the model being trained)
+    class_features_from: str | None = None
 
     num_classes: int = 0
     ways: int = 0
@@ -110,6 +116,16 @@ class TaskSampler(ABC):
 
     def update(self, feedback: TaskFeedback) -> None:  # noqa: B027 (samplers that learn nothing keep nothing)
         """Learns from a step's global batch (called identically on every rank, after the step)."""
+
+    def class_features_due(self, step: int) -> bool:
+        """Whether the class features should be computed after global step ``step`` (``-1``: before the first step
+        of a new fit), with ``needs_class_features``."""
+        return False
+
+    def set_class_features(self, features: Tensor) -> None:
+        """Receives float64 ``[N, D]``: the mean feature of ``images_per_class`` training images of each class (the
+        same on every rank), when :meth:`class_features_due` asks for them."""
+        raise NotImplementedError(f"{type(self).__name__} reads no class features")
 
     def state_dict(self) -> dict[str, Any]:
         """The state, as plain numbers and CPU tensors."""

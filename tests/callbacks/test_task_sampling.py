@@ -21,7 +21,14 @@ from pytorch_lightning.callbacks import Callback, ModelCheckpoint
 from lightning_episodes import FEAT, ProtoNet
 from lightning_episodes.callbacks import DifficultyWeightingCallback, TaskSamplerFeedback
 from lightning_episodes.cli import main
-from lightning_episodes.data import AdaptiveTaskSampler, HardTaskMining, NoDiversityBatch, NoDiversityTask, TaskSampler
+from lightning_episodes.data import (
+    AdaptiveTaskSampler,
+    DynamicDPP,
+    HardTaskMining,
+    NoDiversityBatch,
+    NoDiversityTask,
+    TaskSampler,
+)
 from tests.callbacks.helpers import CrashAt, one_and_two_processes, save_rank
 from tests.helpers import tiny_datamodule, tiny_trainer
 
@@ -103,10 +110,11 @@ def test_resampling_does_not_combine_with_a_task_sampler() -> None:
         trainer.fit(ProtoNet(image_size=16), tiny_datamodule(task_sampler=NoDiversityTask()))
 
 
-#: a sampler of each kind: learning from losses, learning from confusions, and one that learns nothing
+#: a sampler of each kind: learning from losses, from confusions, from the class features, and one that learns nothing
 KINDS: dict[str, Callable[[], TaskSampler]] = {
     "hard_task_mining": lambda: HardTaskMining(hard_fraction=0.5, buffer_size=3, warmup_steps=2),
     "adaptive": lambda: AdaptiveTaskSampler(decay=0.7, hardness=3.0),
+    "dynamic_dpp": lambda: DynamicDPP(warmup_steps=2, refresh_every=2, images_per_class=2),
     "no_diversity_batch": NoDiversityBatch,
 }
 
@@ -162,8 +170,9 @@ class Recorded(Callback):
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", list(KINDS))
 def test_two_processes_choose_and_learn_as_one(tmp_path: Path, kind: str) -> None:
-    """Under DDP each rank serves its slice of the one-process batch and every rank learns the same state (to the
-    rounding of float64 convolutions over other batch sizes)."""
+    """Under DDP each rank serves its slice of the one-process batch and every rank learns the same state, bit for
+    bit; it is the one process's to the rounding of float64 convolutions over other batch sizes (class features: of
+    the model's parameters after some Adam steps, whose normalised updates carry that rounding further)."""
 
     def fit(devices: int) -> None:
         trainer = tiny_trainer(
@@ -175,13 +184,15 @@ def test_two_processes_choose_and_learn_as_one(tmp_path: Path, kind: str) -> Non
     single, (first, second) = one_and_two_processes(tmp_path, fit)
     for step, whole in enumerate(single["classes"]):
         assert torch.equal(torch.cat([first["classes"][step], second["classes"][step]]), whole), step
-    for rank in (first, second):
-        assert rank["sampler"].keys() == single["sampler"].keys()
-        for key, value in single["sampler"].items():
-            if value.is_floating_point():
-                torch.testing.assert_close(rank["sampler"][key], value, rtol=1e-10, atol=1e-12)
-            else:
-                assert torch.equal(rank["sampler"][key], value), key
+    for key, value in single["sampler"].items():
+        assert torch.equal(first["sampler"][key], second["sampler"][key]), key
+        if not value.is_floating_point():
+            assert torch.equal(first["sampler"][key], value), key
+        elif key == "features":
+            torch.testing.assert_close(first["sampler"][key], value, rtol=1e-6, atol=1e-9)
+        else:
+            torch.testing.assert_close(first["sampler"][key], value, rtol=1e-10, atol=1e-12)
+    assert first["sampler"].keys() == single["sampler"].keys()
 
 
 TASK_SAMPLING = sorted(Path("configs/task_sampling").glob("*.yaml"))
@@ -199,12 +210,26 @@ def quickstart(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+def reference(quickstart: Path) -> Path:
+    """A plainly trained model's checkpoint (2 steps of the quickstart on the tiny data), made once."""
+    path = quickstart.parent / "reference.ckpt"
+    if not path.exists():
+        cli = main([
+            "fit", "--config", str(quickstart), "--data.dataset=tiny", "--data.image_size=16", "--data.shots=2",
+            "--data.queries=3", "--trainer.max_steps=2", "--trainer.limit_val_batches=0",
+            "--trainer.enable_progress_bar=false",
+        ])  # fmt: skip
+        cli.trainer.save_checkpoint(path)
+    return path
+
+
 def test_every_task_sampling_config_names_its_sampler_and_nothing_else() -> None:
     classes = {
         path.stem: yaml.safe_load(path.read_text())["data"]["init_args"]["task_sampler"] for path in TASK_SAMPLING
     }
     assert set(classes) == {
-        "adaptive", "hard_task_mining", "no_diversity_task", "no_diversity_batch", "no_diversity_tasks_per_batch"
+        "adaptive", "hard_task_mining", "no_diversity_task", "no_diversity_batch", "no_diversity_tasks_per_batch",
+        "static_dpp", "dynamic_dpp",
     }  # fmt: skip
     for path in TASK_SAMPLING:
         config = yaml.safe_load(path.read_text())
@@ -226,8 +251,10 @@ def test_each_task_sampler_trains_and_tests_through_the_cli_beside_a_weighting_s
         "--trainer.num_sanity_val_steps=0", "--trainer.enable_progress_bar=false", "--trainer.callbacks.warmup_steps=2",
         "--test_after_fit=true",
     ]  # fmt: skip
-    if path.stem == "hard_task_mining":
+    if path.stem in ("hard_task_mining", "dynamic_dpp"):
         args.append("--data.task_sampler.init_args.warmup_steps=2")
+    if path.stem == "static_dpp":
+        args.append(f"--data.task_sampler.init_args.reference_checkpoint={reference(quickstart)}")
     cli = main(args)
     sampler = cli.datamodule.task_sampler
     expected = yaml.safe_load(path.read_text())["data"]["init_args"]["task_sampler"]["class_path"]
