@@ -9,7 +9,8 @@ Every public object gets one home, so that each has one anchor to link to:
   (``lightning_episodes.algorithms.functional``); a module whose objects all live in its package gets none.
 
 A module added to the package appears on the next build, with no list to update. The package is read with griffe,
-statically (nothing is imported), as mkdocstrings reads it.
+statically (nothing is imported), as mkdocstrings reads it. The index, ``docs/reference/api/index.md``, is a committed
+page: its table of modules replaces the placeholder that the repository's file view shows.
 """
 
 from __future__ import annotations
