@@ -82,8 +82,10 @@ def collect_helps(child: subprocess.Popen[str]) -> dict[str, str]:
 
 
 def fit_width(text: str, width: int = int(WIDTH)) -> str:
-    """``text`` with each line longer than ``width`` wrapped at its spaces, continued under its own indent plus two
-    (argparse leaves a long option, a long description and Lightning's own help lines unwrapped)."""
+    """``text`` with each line longer than ``width`` wrapped at its spaces (argparse leaves a long option, a long
+    description and Lightning's own help lines unwrapped). A continuation starts under the line's second column (the
+    text after its first run of two or more spaces, as argparse aligns a command's or option's help), else under the
+    line's own indent (four columns further in for an option or a usage item)."""
     lines = []
     for line in text.rstrip().splitlines():
         line = line.rstrip()
@@ -91,11 +93,16 @@ def fit_width(text: str, width: int = int(WIDTH)) -> str:
             lines.append(line)
             continue
         indent = line[: len(line) - len(line.lstrip())]
+        column = re.search(r"\S {2,}(?=\S)", line)
+        if column and column.end() < width // 2:
+            hanging = " " * column.end()
+        else:  # an option's or a usage item's continuation a little further in, a paragraph's under itself
+            hanging = indent + ("    " if line.lstrip().startswith(("-", "[")) else "")
         lines += textwrap.wrap(
             line.strip(),
             width,
             initial_indent=indent,
-            subsequent_indent=indent + "  ",
+            subsequent_indent=hanging,
             break_long_words=False,
             break_on_hyphens=False,
         )
