@@ -1,17 +1,23 @@
 """The documentation site builds with warnings as errors, has a page per public package with its docstrings and the
-CLI's help, and its Python examples run."""
+CLI's help, rendered maths and figures drawn at build time, links that all reach their targets, and its Python examples
+run."""
 
 from __future__ import annotations
 
 import ast
 import html
+import importlib.util
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlsplit
 
 import pytest
+
+from tests.test_links import links
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "lightning_episodes"
@@ -105,6 +111,15 @@ def test_api_pages_link_the_docstrings_cross_references(site: Path) -> None:
     assert ":class:`" not in page
 
 
+def test_the_api_index_shows_no_raw_markup(site: Path) -> None:
+    """The index's summaries (the modules' first sentences) render their Sphinx roles as code, linked where the site
+    documents the object."""
+    page = site / "reference" / "api" / "index.html"
+    text = _text(page)
+    assert not re.search(r":(?:class|func|meth|attr|mod|data|obj|exc):", text), "raw Sphinx roles in the API index"
+    assert re.search(r'<a class="autorefs autorefs-internal"[^>]*><code>EpisodicModule</code></a>', page.read_text())
+
+
 def test_cli_reference_has_every_commands_help(site: Path) -> None:
     text = _text(site / "reference" / "cli" / "index.html")
     assert "usage: lightning-episodes <command> [options]" in text
@@ -117,6 +132,156 @@ def test_cli_reference_has_every_commands_help(site: Path) -> None:
         )
     assert "--data.ways" in text
     assert "--ckpt_path" in text
+
+
+def test_cli_reference_is_no_wider_than_the_page(site: Path) -> None:
+    """The helps are wrapped at the hook's 100 columns (and the stylesheet wraps them on a narrower page)."""
+    page = (site / "reference" / "cli" / "index.html").read_text()
+    blocks = re.findall(r"<pre[^>]*>(.*?)</pre>", page, flags=re.DOTALL)
+    assert len(blocks) >= 8
+    for block in blocks:
+        for line in html.unescape(re.sub(r"<[^>]+>", "", block)).splitlines():
+            assert len(line) <= 100, f"a CLI help line of {len(line)} columns: {line!r}"
+    assert '<div class="cli-help">' in page
+
+
+#: the pages that must show a figure drawn at build time: every concept page, the method and the front page
+FIGURE_PAGES = sorted([*(f"concepts/{path.stem}" for path in (ROOT / "docs" / "concepts").glob("*.md")), "method", "."])
+
+
+@pytest.mark.parametrize("page", FIGURE_PAGES)
+def test_pages_show_figures_drawn_at_build_time(site: Path, page: str) -> None:
+    built = site / page / "index.html"
+    figures = re.findall(r'<figure class="generated">\s*<img alt="([^"]+)" src="([^"]+)"', built.read_text())
+    assert figures, f"{page}: no generated figure"
+    for alt, source in figures:
+        image = (built.parent / source).resolve()
+        assert image.parent == (site / "figures").resolve(), source
+        assert image.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", source
+        assert image.stat().st_size > 10_000, source
+        assert alt
+    assert not (ROOT / "docs" / "figures").exists(), "the figures are drawn at build time, never committed"
+
+
+def test_the_method_renders_its_maths(site: Path) -> None:
+    """The weight, the ESS normalisation and the proposals are LaTeX typeset by MathJax in the reader's browser."""
+    page = (site / "method" / "index.html").read_text()
+    maths = " ".join(re.findall(r'class="arithmatex">(.*?)</(?:span|div)>', page, flags=re.DOTALL))
+    for formula in (
+        r"w(\tau) = \frac{p\bigl(\Omega(\tau)\bigr)}{q_S\bigl(\Omega(\tau)\bigr)}",  # the weight
+        r"\mathrm{ESS} = \frac{\left(\sum_{i \in B} w_i\right)^2}{\sum_{i \in B} w_i^2}",  # the normalisation
+        r"\varphi\!\left(\dfrac{\Omega - \mu}{\sigma}\right)",  # the normal proposal
+        r"\varphi\!\left(\dfrac{\ln \Omega - m}{s}\right)",  # the log-normal
+        r"\sum_{i=1}^{n} \varphi\!\left(\dfrac{\Omega - \Omega_i}{h}\right)",  # the empirical
+    ):
+        assert html.escape(formula, quote=False) in maths, formula
+    assert re.search(r'<script src="[^"]*mathjax[^"]*tex-mml-chtml\.js">', page)
+
+
+def test_no_page_shows_unrendered_maths(site: Path) -> None:
+    """A ``$`` left in a page's text (outside code) is maths that arithmatex did not take (a space after the opening
+    ``$``, say): GitHub would render it, the site would not."""
+    for page in sorted(site.rglob("*.html")):
+        source = page.read_text()
+        if "<article" not in source:
+            continue
+        body = source[source.index("<article") : source.index("</article>")]
+        body = re.sub(r"<(pre|code|script)[^>]*>.*?</\1>", "", body, flags=re.DOTALL)
+        text = html.unescape(re.sub(r"<[^>]+>", "", body))
+        assert "$" not in text, (
+            f"{page.relative_to(site)}: {text[max(0, text.index('$') - 80) : text.index('$') + 80]!r}"
+        )
+
+
+def test_the_front_page_has_a_runnable_example_and_a_picture(site: Path) -> None:
+    """Its example is the README's, which tests/test_readme.py runs."""
+    source = (ROOT / "docs" / "index.md").read_text()
+    (example,) = re.findall(r"```python\n(.*?)```", source, flags=re.DOTALL)
+    assert example in README
+    assert '<figure class="generated">' in (site / "index.html").read_text()
+
+
+def _hook(name: str) -> Any:
+    """A module of docs/hooks/, imported from its file (MkDocs loads them so)."""
+    spec = importlib.util.spec_from_file_location(f"docs_hooks_{name}", ROOT / "docs" / "hooks" / f"{name}.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_dataset_figure_draws_without_a_rendered_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a machine that never rendered the embedded datasets the figure renders a few classes of each (seconds),
+    not the datasets (minutes), and writes nothing into the cache."""
+    monkeypatch.setenv("LIGHTNING_EPISODES_CACHE", str(tmp_path))
+    figure = _hook("make_figures").datasets(ROOT)
+    assert [ax.get_title().split(" (")[0] for ax in figure.axes] == ["glyphs", "glyphs-hard", "glyphs-100"]
+    assert all("a few classes" in ax.get_title() for ax in figure.axes)
+    assert not list(tmp_path.iterdir())
+
+
+def test_links_to_the_source_become_cross_references() -> None:
+    """docs/hooks/source_links.py: a link to a Python file of the package names its module, the fragment its object;
+    other links (pages, code blocks, other files) are left alone."""
+    hook = _hook("source_links")
+    markdown = (
+        "[`Target`](../../lightning_episodes/weighting/targets.py#Target), "
+        "[the package](../../lightning_episodes/evaluation/__init__.py), [a page](../method.md#targets), "
+        "[a script](../../scripts/setup.py)\n\n```md\n[`Target`](../../lightning_episodes/weighting/targets.py)\n```\n"
+    )
+    assert hook.rewrite(markdown, "guides/own-target.md", str(ROOT / "docs"), ROOT) == (
+        "[`Target`][lightning_episodes.weighting.targets.Target], [the package][lightning_episodes.evaluation], "
+        "[a page](../method.md#targets), [a script](../../scripts/setup.py)\n\n"
+        "```md\n[`Target`](../../lightning_episodes/weighting/targets.py)\n```\n"
+    )
+
+
+def _site_target(site: Path, page: Path, href: str) -> tuple[Path, str]:
+    """The file of the site that ``href`` on ``page`` reaches, and its fragment."""
+    parts = urlsplit(href)
+    target = (page.parent / unquote(parts.path)).resolve() if parts.path else page
+    return (target / "index.html" if target.is_dir() else target), parts.fragment
+
+
+def _ids(page: Path) -> set[str]:
+    return {html.unescape(value) for value in re.findall(r'\sid="([^"]*)"', page.read_text())}
+
+
+def test_every_link_of_the_site_reaches_a_page_and_an_anchor(site: Path) -> None:
+    """Every relative ``href`` and ``src`` of every built page reaches a file of the site, and its fragment an element
+    of that page (the generated pages included: API and CLI references, figures)."""
+    broken: list[str] = []
+    ids: dict[Path, set[str]] = {}
+    for page in sorted(site.rglob("*.html")):
+        if page.name == "404.html":
+            continue  # served from any folder: its links are absolute from the site's root
+        for href in re.findall(r'\s(?:href|src)="([^"]*)"', page.read_text()):
+            href = html.unescape(href)
+            if urlsplit(href).scheme or href.startswith(("//", "mailto:")):
+                continue
+            target, fragment = _site_target(site, page, href)
+            if not target.is_file():
+                broken.append(f"{page.relative_to(site)}: {href} (no such file)")
+            elif fragment and target.suffix == ".html":
+                if target not in ids:
+                    ids[target] = _ids(target)
+                if unquote(fragment) not in ids[target]:
+                    broken.append(f"{page.relative_to(site)}: {href} (no such anchor)")
+    assert not broken, "\n".join(broken[:30])
+
+
+def test_the_readmes_links_into_the_docs_resolve_on_the_site(site: Path) -> None:
+    """The README's links to ``docs/PAGE.md#anchor`` are the site's ``PAGE/#anchor``."""
+    into_docs = [link for link in links(README) if link.startswith("docs/")]
+    assert into_docs
+    for link in into_docs:
+        path, _, fragment = link.partition("#")
+        page = Path(path).relative_to("docs").with_suffix("")  # docs/a/b.md -> a/b/index.html, a/index.md -> a/
+        built = site / (page.parent if page.name == "index" else page) / "index.html"
+        assert built.is_file(), f"README links {link!r}: the site has no {built.relative_to(site)}"
+        if fragment:
+            assert fragment in _ids(built), f"README links {link!r}: the site's page has no such anchor"
 
 
 @pytest.mark.parametrize(("page", "example"), sorted(GUIDE_EXAMPLES.items()))

@@ -9,22 +9,27 @@ Every public object gets one home, so that each has one anchor to link to:
   (``lightning_episodes.algorithms.functional``); a module whose objects all live in its package gets none.
 
 A module added to the package appears on the next build, with no list to update. The package is read with griffe,
-statically (nothing is imported), as mkdocstrings reads it.
+statically (nothing is imported), as mkdocstrings reads it. The index, ``docs/reference/api/index.md``, is a committed
+page: its table of modules replaces the placeholder that the repository's file view shows.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
 import griffe
 from mkdocs.config.defaults import MkDocsConfig
 from mkdocs.structure.files import File, Files
+from mkdocs.structure.pages import Page
 
 PACKAGE = "lightning_episodes"
 FOLDER = "reference/api"
 INDEX = f"{FOLDER}/index.md"
 NAV_TITLE = "API reference"
+#: the placeholder of the index page that the table of modules replaces
+GENERATED = re.compile(r"<!-- generated: .*?-->.*?<!-- end generated -->", re.DOTALL)
 
 #: module path -> (names documented on its page, names exported there but documented elsewhere -> their home)
 Plan = dict[str, tuple[list[str], dict[str, str]]]
@@ -122,16 +127,8 @@ def page_file(path: str) -> str:
 
 
 def _index(plan: Plan) -> str:
-    lines = [
-        "# API reference",
-        "",
-        "Generated from the docstrings at every build of the site: one page per public package, and one per public",
-        "module whose objects its package does not export. A package's page documents what its `__all__` exports:",
-        "import them from the package (`from lightning_episodes.algorithms import ProtoNet`).",
-        "",
-        "| module | what it holds |",
-        "|---|---|",
-    ]
+    """The table of the index page: each page's module and the first sentence of its docstring."""
+    lines = ["| module | what it holds |", "|---|---|"]
     here = INDEX.rsplit("/", 1)[0]
     lines += [
         f"| [`{path}`]({Path(page_file(path)).relative_to(here).as_posix()}) | {_summaries.get(path, '')} |"
@@ -162,7 +159,9 @@ def _summary(module: griffe.Module) -> str:
 def on_config(config: MkDocsConfig, **kwargs: Any) -> MkDocsConfig:
     """Plan the pages and put them in the nav, after the entry ``API reference: reference/api/index.md``."""
     root_dir = Path(config.config_file_path).parent
-    root = griffe.load(PACKAGE, search_paths=[str(root_dir)], docstring_parser="google")
+    # the docstrings' Sphinx roles become cross-references here too, as on the API pages (the index's summaries)
+    roles = griffe.load_extensions(str(root_dir / "docs/hooks/sphinx_roles.py"))
+    root = griffe.load(PACKAGE, search_paths=[str(root_dir)], docstring_parser="google", extensions=roles)
     assert isinstance(root, griffe.Module)
     _plan.clear()
     _plan.update(make_plan(root))
@@ -182,8 +181,18 @@ def on_config(config: MkDocsConfig, **kwargs: Any) -> MkDocsConfig:
 
 
 def on_files(files: Files, config: MkDocsConfig, **kwargs: Any) -> Files:
-    """Add the generated pages (they exist only in the built site)."""
-    files.append(File.generated(config, INDEX, content=_index(_plan)))
+    """Add the generated pages (they exist only in the built site; the index, docs/reference/api/index.md, is
+    committed and filled in by :func:`on_page_markdown`)."""
     for path, (documented, linked) in _plan.items():
         files.append(File.generated(config, page_file(path), content=_page(path, documented, linked)))
     return files
+
+
+def on_page_markdown(markdown: str, page: Page, config: MkDocsConfig, files: Files, **kwargs: Any) -> str:
+    """The index page with the table of modules in place of its placeholder (what the repository's file view shows)."""
+    if page.file.src_uri != INDEX:
+        return markdown
+    filled, count = GENERATED.subn(lambda _: _index(_plan), markdown)
+    if count != 1:
+        raise ValueError(f"{INDEX} needs one <!-- generated: ... --> ... <!-- end generated --> placeholder")
+    return filled
