@@ -12,7 +12,7 @@ from typing import Any
 
 import pytorch_lightning as pl
 import torch
-from jsonargparse import Namespace
+from jsonargparse import ActionConfigFile, Namespace
 from pytorch_lightning.callbacks import Callback, Checkpoint, ModelCheckpoint
 from pytorch_lightning.cli import LightningArgumentParser, LightningCLI
 from pytorch_lightning.utilities import rank_zero_info
@@ -44,6 +44,7 @@ from lightning_episodes.cli_checks import (
     check_world_size,
     own_outputs,
 )
+from lightning_episodes.commands.configs import CONFIG_HELP, ConfigFileOrName
 from lightning_episodes.console import TOOLS, TRAINER_COMMANDS, Preempted, run
 from lightning_episodes.data.datamodule import EpisodicDataModule
 
@@ -95,7 +96,14 @@ def add_default_checkpoint(config: Namespace) -> None:
 
 class EpisodicParser(LightningArgumentParser):
     """Shows a configuration as it runs (``--print_config``, the run's ``config.yaml``): with the default
-    checkpoint callback that :class:`EpisodicCLI` adds."""
+    checkpoint callback that :class:`EpisodicCLI` adds. Its ``--config`` also takes a shipped config's name
+    (:class:`~lightning_episodes.commands.configs.ConfigFileOrName`)."""
+
+    @override
+    def add_argument(self, *args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("action") is ActionConfigFile:
+            kwargs.update(action=ConfigFileOrName, help=CONFIG_HELP)
+        return super().add_argument(*args, **kwargs)
 
     @override
     def dump(self, cfg: Namespace, *args: Any, **kwargs: Any) -> str:
