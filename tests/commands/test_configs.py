@@ -118,3 +118,15 @@ def test_the_command_copies_configs_to_edit(
     assert sorted(p.relative_to("mine").with_suffix("").as_posix() for p in Path("mine").rglob("*.yaml")) == sorted(
         shipped_configs()
     )
+
+
+def test_the_difficulty_command_reads_a_shipped_configs_data_by_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from lightning_episodes.commands.difficulty import data_section
+
+    monkeypatch.chdir(tmp_path)
+    expected = yaml.safe_load((CONFIGS_DIR / "quickstart.yaml").read_text())["data"]["init_args"]
+    assert data_section("quickstart") == data_section("configs/quickstart.yaml") == expected
+    Path("quickstart").write_text("data: {ways: 3}\n")
+    assert data_section("quickstart") == {"ways": 3}
