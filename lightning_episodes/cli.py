@@ -6,16 +6,17 @@ import contextlib
 import functools
 import importlib
 import logging
+import sys
 import warnings
 from pathlib import Path
 from typing import Any
 
 import pytorch_lightning as pl
 import torch
-from jsonargparse import Namespace
+from jsonargparse import ActionConfigFile, Namespace
 from pytorch_lightning.callbacks import Callback, Checkpoint, ModelCheckpoint
 from pytorch_lightning.cli import LightningArgumentParser, LightningCLI
-from pytorch_lightning.utilities import rank_zero_info
+from pytorch_lightning.utilities import rank_zero_info, rank_zero_only
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 from typing_extensions import override
 
@@ -44,6 +45,7 @@ from lightning_episodes.cli_checks import (
     check_world_size,
     own_outputs,
 )
+from lightning_episodes.commands.configs import CONFIG_HELP, ConfigFileOrName
 from lightning_episodes.console import TOOLS, TRAINER_COMMANDS, Preempted, run
 from lightning_episodes.data.datamodule import EpisodicDataModule
 
@@ -93,9 +95,67 @@ def add_default_checkpoint(config: Namespace) -> None:
         trainer["callbacks"] = [Namespace(class_path=DEFAULT_CHECKPOINT["class_path"], init_args=init_args), *callbacks]
 
 
+#: Where ``fit``, ``validate`` and ``test`` write when no ``--config`` is given and ``trainer.default_root_dir`` is not
+#: set: ``runs/<the model's class name, lower case>``, beside the configs' ``runs/<name>`` (Lightning's default is
+#: ``./lightning_logs``).
+NO_CONFIG_ROOT = "runs"
+
+
+def no_config_defaults(config: Namespace, subcommand: str | None, top: Namespace | None = None) -> str | None:
+    """Give a run without any ``--config`` its output folder under :data:`NO_CONFIG_ROOT`, and say what it runs.
+
+    Nothing changes when a ``--config`` (in ``top``, the whole command line's config, or in ``config``) or
+    ``--trainer.default_root_dir`` is given, nor without a subcommand (``main(..., run=False)`` builds objects in
+    Python, as a ``pl.Trainer`` would).
+
+    Returns:
+        For ``fit`` without a config: one line naming the sizes it trains with (the data module's and the model's
+        defaults are the paper's) and where it writes; ``None`` otherwise.
+    """
+    trainer, model = config.get("trainer"), config.get("model")
+    given = [config.get("config"), top.get("config") if top is not None else None]
+    if subcommand is None or any(given) or not isinstance(trainer, Namespace):
+        return None
+    if trainer.get("default_root_dir") is not None:
+        return None
+    model_name = str(model.get("class_path") or "") if isinstance(model, Namespace) else ""
+    name = model_name.rpartition(".")[2] or "model"
+    trainer["default_root_dir"] = f"{NO_CONFIG_ROOT}/{name.lower()}"
+    if subcommand != "fit":
+        return None
+    backbone = model.get("init_args", Namespace()).get("backbone") if isinstance(model, Namespace) else None
+    if isinstance(backbone, Namespace):
+        backbone = str(backbone.get("class_path", "")).rpartition(".")[2]
+    data = config.get("data")
+    sizes = data.get("init_args") if isinstance(data, Namespace) else None
+    what = f"{name} {backbone}" if backbone else name
+    if isinstance(sizes, Namespace) and sizes.get("ways") is not None:
+        what += (
+            f", {sizes.get('dataset')} {sizes.get('ways')}-way {sizes.get('shots')}-shot, "
+            f"{sizes.get('episodes_per_batch')} episodes x {sizes.get('queries')} queries a step"
+        )
+    steps = trainer.get("max_steps")
+    what += f", max_steps {steps}" if isinstance(steps, int) and steps > 0 else ", no max_steps"
+    where = trainer["default_root_dir"]
+    return f"fit without --config: {what}; writing under {where} (--config quickstart is sized for a CPU)"
+
+
+@rank_zero_only
+def _to_stderr(line: str) -> None:
+    """One line on standard error, from the first process only (not through logging, which a user may quieten)."""
+    sys.stderr.write(f"{line}\n")
+
+
 class EpisodicParser(LightningArgumentParser):
     """Shows a configuration as it runs (``--print_config``, the run's ``config.yaml``): with the default
-    checkpoint callback that :class:`EpisodicCLI` adds."""
+    checkpoint callback that :class:`EpisodicCLI` adds. Its ``--config`` also takes a shipped config's name
+    (:class:`~lightning_episodes.commands.configs.ConfigFileOrName`)."""
+
+    @override
+    def add_argument(self, *args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("action") is ActionConfigFile:
+            kwargs.update(action=ConfigFileOrName, help=CONFIG_HELP)
+        return super().add_argument(*args, **kwargs)
 
     @override
     def dump(self, cfg: Namespace, *args: Any, **kwargs: Any) -> str:
@@ -162,6 +222,9 @@ class EpisodicCLI(LightningCLI):
     @override
     def before_instantiate_classes(self) -> None:
         config = self.config[self.subcommand] if self.subcommand else self.config
+        note = no_config_defaults(config, self.subcommand, self.config)
+        if note is not None:
+            _to_stderr(note)
         add_default_checkpoint(config)
         check_accelerator(config.get("trainer"))
         check_backbone(config.get("model"))

@@ -60,6 +60,10 @@ TOOLS: dict[str, Tool] = {
         "lightning_episodes.commands.compare",
         "paired per-episode test-accuracy difference of two sampling schemes, per scenario",
     ),
+    "configs": (
+        "lightning_episodes.commands.configs",
+        "list the shipped configs (--config takes their names), or copy some into ./configs to edit them",
+    ),
 }
 #: The module of the LightningCLI (``fit``, ``validate``, ``test``), with ``main(args, exit_on_error)``: imported by
 #: name when a Trainer command runs, as the tools are (Lightning takes seconds to import). The console is the front

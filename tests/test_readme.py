@@ -5,9 +5,13 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import shutil
+import site
 import subprocess
 import sys
 import unicodedata
+import venv
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -20,6 +24,12 @@ BIN = Path(sys.executable).parent
 
 def _blocks(language: str) -> list[str]:
     return re.findall(rf"```{language}\n(.*?)```", README, flags=re.DOTALL)
+
+
+def _pip_quickstart() -> tuple[str, list[str]]:
+    """The README's first commands: the ``pip install`` line and the ``lightning-episodes`` commands after it."""
+    lines = [line.split("#")[0].strip() for line in _blocks("bash")[0].splitlines()]
+    return lines[0], [line for line in lines[1:] if line]
 
 
 def _makefile_recipe(target: str) -> list[str]:
@@ -105,3 +115,63 @@ def test_python_examples_run(index: int, tmp_path: Path) -> None:
         [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900
     )
     assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_the_readme_starts_with_pip_install_and_the_quickstart_by_name() -> None:
+    install, commands = _pip_quickstart()
+    assert install == "pip install ."
+    assert commands == [
+        "lightning-episodes fit --config quickstart",
+        "lightning-episodes test --config quickstart --ckpt_path best",
+    ]
+
+
+@pytest.mark.slow
+def test_the_pip_quickstart_from_a_built_wheel_in_an_empty_folder(tmp_path: Path) -> None:
+    """Build the wheel, install it alone into a new environment (which reuses this one's installed dependencies) and
+    run the README's pip quickstart, with a few steps, from an empty folder: it trains, tests and writes its records."""
+    source = tmp_path / "source"
+    shutil.copytree(
+        ROOT / "lightning_episodes", source / "lightning_episodes", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    for name in ("setup.cfg", "pyproject.toml", "README.md", "LICENSE"):  # what the build reads; not the checkout
+        shutil.copy(ROOT / name, source / name)
+    build = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-cache-dir", "-q"]
+    subprocess.run([*build, "-w", str(tmp_path / "dist"), str(source)], check=True, capture_output=True, timeout=300)
+    (wheel,) = (tmp_path / "dist").glob("lightning_episodes-*.whl")
+    shipped = {
+        f"lightning_episodes/configs/{p.relative_to(ROOT / 'configs')}" for p in (ROOT / "configs").rglob("*.yaml")
+    }
+    assert shipped <= set(zipfile.ZipFile(wheel).namelist())
+
+    env = tmp_path / "env"
+    venv.create(env, with_pip=False)
+    (purelib,) = env.glob("lib/python*/site-packages")
+    (purelib / "dependencies.pth").write_text("\n".join(site.getsitepackages()) + "\n")  # torch & co., not our .pth
+    environ = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}  # no checkout on the path
+    python = str(env / "bin" / "python")
+    install = [python, "-m", "pip", "install", "--no-deps", "--no-index", "--ignore-installed", "-q", str(wheel)]
+    subprocess.run(install, check=True, capture_output=True, env=environ, timeout=300)
+    work = tmp_path / "work"
+    work.mkdir()
+    where = [python, "-c", "import lightning_episodes; print(lightning_episodes.__file__)"]
+    imported = subprocess.run(where, cwd=work, env=environ, capture_output=True, text=True, check=True).stdout
+    assert Path(imported.strip()).is_relative_to(purelib), imported  # the wheel's copy, not the editable checkout
+
+    small = [
+        "--trainer.max_steps=6",
+        "--trainer.val_check_interval=3",
+        "--data.val_episodes=20",
+        "--data.test_episodes=20",
+    ]
+    for command in _pip_quickstart()[1]:
+        argv = shlex.split(command)
+        argv[0] = str(env / "bin" / argv[0])
+        done = subprocess.run([*argv, *small], cwd=work, env=environ, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+    assert "test/acc" in done.stdout
+    run = work / "runs" / "quickstart"
+    assert (run / "checkpoints" / "last.ckpt").is_file()
+    (record,) = run.glob("logs/version_*/test_results.json")
+    assert (record.parent / "test_episodes.csv").is_file()
+    assert sorted(p.name for p in work.iterdir()) == ["runs"]

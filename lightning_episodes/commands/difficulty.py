@@ -23,6 +23,7 @@ from lightning_episodes.commands._common import (
     probe_output,
     resolve_device,
 )
+from lightning_episodes.commands.configs import shipped_config
 from lightning_episodes.data.datamodule import EpisodicDataModule
 from lightning_episodes.evaluation.scoring import Split, checkpoint_datamodule, score_episodes
 
@@ -51,7 +52,12 @@ def parser() -> Any:
     parser.add_argument("--episodes", type=int, default=10_000, help="episodes to score")
     parser.add_argument("--split", type=Split, default="test", help="whose fixed episodes")
     parser.add_argument("--batch_size", type=int | None, default=None, help="episodes per forward pass")
-    parser.add_argument("--config", action="append", default=[], help="YAML with a `data:` section (repeatable)")
+    parser.add_argument(
+        "--config",
+        action="append",
+        default=[],
+        help="YAML with a `data:` section, or a shipped config's name as fit takes it (repeatable)",
+    )
     add_device_argument(parser)
     add_allowed_modules_argument(parser)
     parser.add_class_arguments(
@@ -61,11 +67,13 @@ def parser() -> Any:
 
 
 def data_section(path: str) -> dict[str, Any]:
-    """The data module's arguments in a YAML config (``data: {class_path, init_args}`` or ``data: {...}``).
+    """The data module's arguments in a YAML config (``data: {class_path, init_args}`` or ``data: {...}``): a file, or
+    a shipped config's name where no such file exists (:func:`~lightning_episodes.commands.configs.shipped_config`).
 
     Raises:
         ValueError: if ``data`` is not a mapping.
     """
+    path = str(shipped_config(path) or path)
     with open(path, encoding="utf-8") as handle:
         config = yaml.safe_load(handle) or {}
     data = config.get("data", {}) if isinstance(config, dict) else {}

@@ -13,7 +13,7 @@ import lightning_episodes
 from lightning_episodes.cli import TOOLS, EpisodicCLI
 
 BIN = Path(sys.executable).parent / "lightning-episodes"
-EXPECTED = ["fit", "validate", "test", "predict", "difficulty", "report", "compare"]
+EXPECTED = ["fit", "validate", "test", "predict", "difficulty", "report", "compare", "configs"]
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
