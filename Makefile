@@ -3,7 +3,7 @@
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup quickstart test lint bench docs
+.PHONY: setup quickstart test lint bench docs learn2learn
 
 setup:
 	bash scripts/setup.sh
@@ -23,3 +23,9 @@ test: lint
 # the documentation site, into site/ (tests/test_docs.py builds it the same way in `make test`)
 docs: setup
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+# learn2learn 0.2.0, built from its source for a Python (default: python3 on the PATH, e.g. an activated environment
+# where lightning-episodes is installed): only `--data.download true` needs it (`make setup` installs it into .venv)
+PYTHON ?= python3
+learn2learn:
+	bash scripts/install_learn2learn.sh $(PYTHON)

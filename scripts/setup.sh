@@ -2,10 +2,9 @@
 # Creates .venv with everything lightning-episodes needs (runtime + test tools) and installs the
 # package in editable mode. Idempotent: a second run with unchanged requirements does nothing.
 #
-# learn2learn 0.2.0 (the paper's reference implementation) is built from its sdist: its shipped C
-# files predate Python 3.11, so the three .pyx sources are re-cythonized first, and it is installed
-# with --no-deps (its gsutil/qpth/cvxpy requirements are never needed here). Every package is installed at the
-# version requirements/constraints.txt locks (tests/test_environment.py checks them).
+# learn2learn 0.2.0 (the paper's reference implementation, which the tests compare against and which downloads the
+# paper's datasets) is built from its sdist by scripts/install_learn2learn.sh: its shipped C files predate Python 3.11.
+# Every package is installed at the version requirements/constraints.txt locks (tests/test_environment.py checks them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,7 +12,7 @@ VENV=${VENV:-.venv}
 PYTHON=${PYTHON:-python3.11}
 command -v "$PYTHON" >/dev/null || PYTHON=python3
 STAMP="$VENV/.lightning-episodes-setup"
-want=$(cat requirements/*.txt setup.cfg pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1)
+want=$(cat requirements/*.txt setup.cfg pyproject.toml scripts/setup.sh scripts/install_learn2learn.sh | sha256sum | cut -d' ' -f1)
 
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ]; then
     exit 0
@@ -27,18 +26,7 @@ fi
 pip() { "$VENV/bin/python" -m pip --disable-pip-version-check -q "$@"; }
 pip install -c requirements/constraints.txt -r requirements/test.txt
 
-if ! "$VENV/bin/python" -c "import learn2learn" 2>/dev/null; then
-    work=$(mktemp -d)
-    trap 'rm -rf "$work"' EXIT
-    pip install -c requirements/constraints.txt "cython>=3.0,<4" setuptools wheel
-    pip download learn2learn==0.2.0 --no-deps --no-binary :all: -d "$work"
-    tar xzf "$work"/learn2learn-0.2.0.tar.gz -C "$work"
-    src="$work/learn2learn-0.2.0"
-    for pyx in "$src"/learn2learn/data/{task_dataset,meta_dataset,transforms}.pyx; do
-        "$VENV/bin/cython" -3 "$pyx"
-    done
-    pip install --no-deps --no-build-isolation "$src"
-fi
+bash scripts/install_learn2learn.sh "$VENV/bin/python"
 
 pip install --no-deps --no-build-isolation -e .
 echo "$want" > "$STAMP"

@@ -68,7 +68,8 @@ def test_every_imported_third_party_package_is_declared() -> None:
         for line in (ROOT / "requirements" / file).read_text().splitlines()
         if line.strip() and not line.startswith(("#", "-r"))
     }
-    built_by_setup = (ROOT / "scripts/setup.sh").read_text()  # learn2learn: built from its sdist there
+    # learn2learn: built from its sdist there (its published sdist does not build on Python 3.11, so no extra holds it)
+    built_by_setup = (ROOT / "scripts/install_learn2learn.sh").read_text()
     providers = importlib.metadata.packages_distributions()
     missing, unlisted = [], []
     for module, path in _imported_top_level_modules().items():
@@ -76,9 +77,11 @@ def test_every_imported_third_party_package_is_declared() -> None:
             continue
         assert module in providers, f"{module} (imported by {path.name}) is not installed"
         names = {_name(dist) for dist in providers[module]}
-        if not names & declared:
+        if not names & declared and not any(name in built_by_setup for name in names):
             missing.append(f"{module} ({'/'.join(sorted(names))}, imported by {path.relative_to(ROOT)})")
         if not names & requirements and not any(name in built_by_setup for name in names):
             unlisted.append(module)
     assert not missing, f"imported but not declared in setup.cfg: {missing}"
-    assert not unlisted, f"imported but in neither requirements/base.txt, test.txt nor scripts/setup.sh: {unlisted}"
+    assert not unlisted, (
+        f"imported but in neither requirements/base.txt, test.txt nor scripts/install_learn2learn.sh: {unlisted}"
+    )

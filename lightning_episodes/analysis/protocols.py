@@ -9,10 +9,11 @@ which it differs from the others: what a column label adds.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-__all__ = ["Protocol", "distinguishing_settings", "protocol_of"]
+__all__ = ["Protocol", "class_word", "distinguishing_settings", "protocol_of"]
 
 #: ``(setting, value)`` pairs, sorted: a hashable description of how a run was trained.
 Protocol = tuple[tuple[str, str], ...]
@@ -37,8 +38,8 @@ _TRAINER_KEPT = (
 
 
 def _compact(value: Any) -> str:
-    """A value as a label shows it: ``StepLR(gamma=0.5, step_size=1000)`` for a ``class_path`` entry (its
-    arguments at their defaults included, as the config records them), ``{hidden=32}`` for a mapping."""
+    """A value as a label shows it, inside a list: ``StepLR(gamma=0.5, step_size=1000)`` for a ``class_path`` entry,
+    ``{hidden=32}`` for a mapping."""
     if isinstance(value, Mapping):
         if "class_path" in value:
             name = str(value["class_path"]).rsplit(".", 1)[-1]
@@ -52,6 +53,40 @@ def _compact(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
+
+
+#: How a protocol marks a setting whose value is a class (a ``class_path`` entry): its name and this, ``StepLR()``;
+#: each of its arguments is a setting of its own, ``model.lr_scheduler.step_size``.
+_CLASS = "()"
+
+
+def _settings(key: str, value: Any) -> Iterator[tuple[str, str]]:
+    """``(setting, text)`` of one value: a ``class_path`` entry is its class (``StepLR()``) and one setting per
+    argument (``<key>.step_size``), a mapping one setting per entry (``<key>.hidden``), anything else its text."""
+    if isinstance(value, Mapping):
+        if "class_path" in value:
+            yield key, str(value["class_path"]).rsplit(".", 1)[-1] + _CLASS
+        arguments = (value.get("init_args") or {}) if "class_path" in value else value
+        for name, argument in sorted(arguments.items()):
+            yield from _settings(f"{key}.{name}", argument)
+    else:
+        yield key, _compact(value)
+
+
+def class_word(name: str) -> str:
+    """A class's name as a label word: ``CosineToZero`` -> ``cosine``, ``StepLR`` -> ``step``, ``Adam`` -> ``adam``,
+    ``MultiStepLR`` -> ``multi_step``.
+
+    Example::
+
+        >>> [class_word(name) for name in ("CosineToZero", "StepLR", "SGD", "ReduceLROnPlateau")]
+        ['cosine', 'step', 'sgd', 'reduce_lr_on_plateau']
+    """
+    for suffix in ("ToZero", "LR"):
+        if name.endswith(suffix) and len(name) > len(suffix):
+            name = name.removesuffix(suffix)
+            break
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", name).lower()
 
 
 def _arguments(section: Any) -> Mapping[str, Any]:
@@ -82,24 +117,69 @@ def protocol_of(config: Mapping[str, Any] | None, record: Mapping[str, Any]) -> 
         items = [(f"model.{k}", v) for k, v in (record.get("hparams") or {}).items() if not k.startswith("_")]
         items += [(f"data.{k}", v) for k, v in (record.get("data") or {}).items() if _in_protocol(k, v)]
         items = [(k, v) for k, v in items if k.split(".", 1)[1] not in _MODEL_IGNORED]
-    settings.update((key, _compact(value)) for key, value in items)
+    for key, value in items:
+        settings.update(_settings(key, value))
     return tuple(sorted(settings.items()))
 
 
 def distinguishing_settings(protocols: Sequence[Protocol]) -> list[str]:
-    """For each of ``protocols`` (the distinct protocols of one benchmark), the settings in which they differ, as
-    ``"lr_scheduler=StepLR(...), max_steps=3000"`` (the section prefix dropped; ``"–"`` for a setting a protocol
-    lacks); ``""`` for each when there is only one.
+    """For each of ``protocols`` (the distinct protocols of one benchmark), the settings in which they differ, in
+    words: ``"lr_scheduler=cosine, max_steps=3000"`` (the section prefix dropped, a class by its
+    :func:`class_word`, ``"–"`` for a setting a protocol lacks), a class's arguments in brackets where they tell
+    apart protocols of the same class (``lr_scheduler=step(step_size=1000)``); ``""`` for each when there is only one.
 
     Example::
 
-        >>> distinguishing_settings([(("model.lr_scheduler", "none"), ("trainer.max_steps", "3000")),
-        ...                          (("model.lr_scheduler", "StepLR(step_size=1000)"), ("trainer.max_steps", "3000"))])
-        ['lr_scheduler=none', 'lr_scheduler=StepLR(step_size=1000)']
+        >>> none = (("model.lr_scheduler", "none"), ("trainer.max_steps", "3000"))
+        >>> cosine = (("model.lr_scheduler", "CosineToZero()"), ("model.lr_scheduler.start", "0"),
+        ...           ("trainer.max_steps", "3000"))
+        >>> distinguishing_settings([none, cosine])
+        ['lr_scheduler=none', 'lr_scheduler=cosine']
     """
     if len(set(protocols)) < 2:
         return ["" for _ in protocols]
     tables = [dict(protocol) for protocol in protocols]
-    keys = sorted({key for table in tables for key in table})
-    differing = [key for key in keys if len({table.get(key) for table in tables}) > 1]
-    return [", ".join(f"{key.split('.', 1)[-1]}={table.get(key, '–')}" for key in differing) for table in tables]
+    labels = [_label(table, tables, words=True) for table in tables]
+    if len(set(labels)) < len(set(protocols)):  # two classes with one word: their names tell them apart
+        labels = [_label(table, tables, words=False) for table in tables]
+    return labels
+
+
+def _label(table: Mapping[str, str], tables: Sequence[Mapping[str, str]], words: bool) -> str:
+    """What sets ``table`` apart from the other ``tables`` (see :func:`distinguishing_settings`)."""
+    keys = sorted({key for other in tables for key in other})
+    owner = {key: _owner(key, set(keys)) for key in keys}
+    shown: dict[str, list[str]] = {}  # the top setting -> its arguments shown
+    for key in keys:
+        if len({other.get(key) for other in tables}) < 2:
+            continue
+        up = owner[key]
+        # an argument of a class counts where it tells this protocol from another of the same class
+        if up is None or any(o.get(up) == table.get(up) and o.get(key) != table.get(key) for o in tables):
+            top = key
+            while owner[top] is not None:
+                top = owner[top]  # type: ignore[assignment]
+            shown.setdefault(top, [])
+            if key != top:
+                shown[top].append(key)
+    parts = []
+    for top, arguments in shown.items():
+        inner = ", ".join(f"{key[len(top) + 1 :]}={_text(table.get(key), words)}" for key in arguments)
+        parts.append(f"{top.split('.', 1)[-1]}={_text(table.get(top), words)}" + (f"({inner})" if inner else ""))
+    return ", ".join(parts)
+
+
+def _owner(key: str, keys: set[str]) -> str | None:
+    """The nearest setting above ``key`` (the class whose argument it is), if any."""
+    head = key.rpartition(".")[0]
+    while head and head not in keys:
+        head = head.rpartition(".")[0]
+    return head or None
+
+
+def _text(value: str | None, words: bool) -> str:
+    if value is None:
+        return "–"
+    if value.endswith(_CLASS):
+        return class_word(value.removesuffix(_CLASS)) if words else value.removesuffix(_CLASS)
+    return value

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -13,8 +14,39 @@ from jsonargparse import ArgumentParser, DefaultHelpFormatter
 DEVICE_HELP = "cpu, cuda, cuda:1, mps or auto (default: cuda if available, else cpu)"
 
 
+#: How a type reads in the tools' ``--help``: a word instead of Python's name.
+_TYPE_WORDS = {"Path": "path", "str": "string", "int": "integer", "float": "number", "bool": "true or false"}
+
+
+def readable_type(text: str) -> str:
+    """A type as jsonargparse writes it, in words: ``<class 'Path'>`` -> ``path``, ``int | null`` -> ``integer``
+    (the default says that it may be left out), ``list[int] | null`` -> ``list of integers``,
+    ``Literal['column', 'scenario']`` -> ``column or scenario``.
+
+    Example::
+
+        >>> [readable_type(t) for t in ("<class 'Path'>", "Path | null", "list[int] | null", "Literal['a', 'b', 'c']")]
+        ['path', 'path', 'list of integers', 'a, b or c']
+    """
+    text = re.sub(r"<class '(?:[\w.]+\.)?(\w+)'>", r"\1", text)
+    text = re.sub(r"Literal\[(.*)\]", lambda m: _choices([c.strip().strip("'\"") for c in m.group(1).split(",")]), text)
+    text = re.sub(r"list\[(\w+)\]", lambda m: f"list of {_TYPE_WORDS.get(m.group(1), m.group(1))}s", text)
+    parts = [part.strip() for part in text.split(" | ")]
+    parts = [part for part in parts if part not in ("null", "None", "NoneType")] or parts
+    return " or ".join(_TYPE_WORDS.get(part, part) for part in parts)
+
+
+def _choices(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
+
+
 class _HelpFormatter(argparse.RawDescriptionHelpFormatter, DefaultHelpFormatter):
-    """jsonargparse's help (types and defaults) with the description's line breaks kept (its examples)."""
+    """jsonargparse's help (types and defaults) with the description's line breaks kept (its examples) and the
+    types in words (:func:`readable_type`)."""
+
+    def _get_type_str(self, action: argparse.Action) -> str | None:
+        text = super()._get_type_str(action)
+        return None if text is None else readable_type(text)
 
 
 def command_parser(name: str, description: str) -> ArgumentParser:

@@ -239,11 +239,20 @@ def _pvalue(p: float) -> str:
     return "< 0.001" if p < 0.001 else f"{p:.3f}"
 
 
+DESCRIPTION = """\
+Paired per-episode test-accuracy difference of two sampling schemes, per scenario: each scenario folder
+holds seed<N>/<scheme>/ runs (as scripts/run_scenario.py lays them out); one Markdown row per scenario with
+each arm's accuracy over seeds and the paired difference with its interval and p-value.
+
+example:
+  lightning-episodes compare runs/study/glyphs_5w1s__protonet_euclidean_conv4 \\
+      --baseline baseline_online --treatment uniform_online --markdown compare.md
+"""
+
+
 def parser() -> Any:
     """The ``compare`` parser."""
-    parser = command_parser(
-        "compare", "Paired per-episode test-accuracy difference of two sampling schemes, per scenario."
-    )
+    parser = command_parser("compare", DESCRIPTION)
     parser.add_argument("scenarios", nargs="+", type=Path, help="scenario folders of scripts/run_scenario.py")
     parser.add_argument("--baseline", type=str, default="baseline_online", help="run folder of the baseline arm")
     parser.add_argument("--treatment", type=str, default="uniform_online", help="run folder of the treatment arm")

@@ -17,15 +17,20 @@ from lightning_episodes.commands._common import (
 )
 from lightning_episodes.inference import predict, write_csv
 
+DESCRIPTION = """\
+Classify the images of a query folder among the classes of a support folder (one sub-folder per class,
+k images each) with a trained checkpoint of any algorithm; writes the query, the predicted class and one
+probability column per class as CSV.
+
+example:
+  lightning-episodes predict --ckpt_path runs/quickstart/checkpoints/last.ckpt \\
+      --support my_support/ --query my_queries/ --output predictions.csv
+"""
+
 
 def parser() -> Any:
     """The ``predict`` parser."""
-    parser = command_parser(
-        "predict",
-        "Classify the images of a query folder among the classes of a support folder (one sub-folder per class, k "
-        "images each) with a trained checkpoint of any algorithm; writes query, predicted class and one probability "
-        "column per class as CSV.",
-    )
+    parser = command_parser("predict", DESCRIPTION)
     parser.add_argument("--ckpt_path", type=str, required=True, help="checkpoint of any algorithm of this library")
     parser.add_argument("--support", type=Path, required=True, help="folder with one sub-folder of images per class")
     parser.add_argument("--query", type=Path, required=True, help="folder of images to classify")

@@ -25,10 +25,20 @@ from lightning_episodes.analysis.report import (
 from lightning_episodes.commands._common import arguments, command_parser, probe_output
 from lightning_episodes.evaluation.record import RESULTS_FILE
 
+DESCRIPTION = """\
+Results tables in the paper's format from test runs: every test_results.json under the given folders, one
+row per algorithm and sampling scheme, one column per benchmark (runs of one benchmark trained differently
+are columns of their own, named by what differs: [lr_scheduler=cosine]), seeds combined; then a line per
+run with its best validation step.
+
+example:
+  lightning-episodes report runs/study --markdown table.md --plot study.png
+"""
+
 
 def parser() -> Any:
     """The ``report`` parser."""
-    parser = command_parser("report", "Results tables in the paper's format from test runs.")
+    parser = command_parser("report", DESCRIPTION)
     parser.add_argument("runs", nargs="+", type=Path, help="run folders (searched recursively) or result files")
     parser.add_argument("--markdown", type=Path | None, default=None, help="also write the Markdown table here")
     parser.add_argument("--csv", type=Path | None, default=None, help="write the table as CSV (a line per cell)")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -26,6 +27,10 @@ _MINIMUM = {"ways": 2, "eval_ways": 2} | dict.fromkeys(
      "val_episodes", "test_episodes", "image_size", "channels", "train_images_per_class"),
     1,
 )  # fmt: skip
+
+
+#: The start of Lightning's warning about an ``IterableDataset`` with a length (``has_len_all_ranks``).
+_LENGTH_WARNING = r"Your `IterableDataset` has `__len__` defined"
 
 
 class EpisodicDataModule(pl.LightningDataModule):
@@ -286,16 +291,24 @@ class EpisodicDataModule(pl.LightningDataModule):
         return keep_per_class(labels, classes, self.train_images_per_class, self.seed, "train_images_per_class")
 
     def check_world_size(self, world_size: int) -> None:
-        """Check that ``world_size`` processes (devices x nodes) can share a training batch.
+        """Check that ``world_size`` processes (devices x nodes) can share a training batch and the fixed episodes.
 
         Raises:
-            ValueError: if ``episodes_per_batch`` is not divisible by ``world_size``.
+            ValueError: if ``episodes_per_batch`` is not divisible by ``world_size``, or ``val_episodes`` or
+                ``test_episodes`` is smaller (a device without an episode to evaluate would wait for the others'
+                results alone).
         """
         if self.episodes_per_batch % world_size:
             raise ValueError(
                 f"data.episodes_per_batch={self.episodes_per_batch} must be divisible by the number of "
                 f"devices ({world_size}): it is the global batch and every device takes an equal slice"
             )
+        for name in ("val_episodes", "test_episodes"):
+            if getattr(self, name) < world_size:
+                raise ValueError(
+                    f"data.{name}={getattr(self, name)} must be >= the number of devices ({world_size}): every "
+                    "device evaluates its share of the fixed episodes"
+                )
 
     @property
     def world_size(self) -> int:
@@ -392,11 +405,19 @@ class EpisodicDataModule(pl.LightningDataModule):
 
     @override
     def val_dataloader(self) -> DataLoader:
-        return self._loader(self.evaluation_episodes("validation", self.val_episodes))
+        return self._evaluation_loader(self.evaluation_episodes("validation", self.val_episodes))
 
     @override
     def test_dataloader(self) -> DataLoader:
-        return self._loader(self.evaluation_episodes("test", self.test_episodes))
+        return self._evaluation_loader(self.evaluation_episodes("test", self.test_episodes))
+
+    def _evaluation_loader(self, episodes: EvaluationEpisodes) -> DataLoader:
+        """The loader of a fixed set: its length is the rank's number of batches, so Lightning's progress bars show
+        their totals. Lightning warns that an ``IterableDataset``'s length "could be inaccurate" with several
+        dataloader workers; this one's is exact (the workers split the rank's batches, never repeat one): that
+        warning is silenced, by its message alone."""
+        warnings.filterwarnings("ignore", message=_LENGTH_WARNING, category=UserWarning)
+        return self._loader(episodes)
 
     @override
     def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:

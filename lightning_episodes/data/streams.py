@@ -7,7 +7,8 @@ Both yield whole batches (``DataLoader(batch_size=None)``). Lightning never shar
   ``j ∈ [r·B/W, (r+1)·B/W)``, and dataloader worker ``w`` of ``n`` yields the steps ``s ≡ w (mod n)``
   (workers split *steps*, not streams), so the global batch never depends on devices or workers;
 * evaluation: a fixed set of episodes ``i = 0..count-1``; rank ``r`` takes ``i ≡ r (mod W)`` (no
-  padding, so no episode is counted twice), and workers split the rank's batches.
+  padding, so no episode is counted twice), and workers split the rank's batches; its length is the rank's number
+  of batches (so Lightning's progress bars show their totals).
 """
 
 from __future__ import annotations
@@ -107,6 +108,11 @@ class EvaluationEpisodes(IterableDataset):
         mine = list(range(rank, count, world_size))
         self.batches = [mine[i : i + batch_size] for i in range(0, len(mine), batch_size)]
         self.assembler = assembler
+
+    def __len__(self) -> int:
+        """The number of batches this rank yields (over all its dataloader workers): exact, since the workers split
+        the rank's batches and never repeat one."""
+        return len(self.batches)
 
     def __iter__(self) -> Iterator[Episode | EpisodeIdentity]:
         worker, workers = _worker()

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from lightning_episodes.analysis.protocols import distinguishing_settings, protocol_of
+from lightning_episodes.analysis.protocols import class_word, distinguishing_settings, protocol_of
 from lightning_episodes.analysis.report import build_table, distinguish_protocols, read_result, runs_markdown
 
 STEP = {"class_path": "torch.optim.lr_scheduler.StepLR", "init_args": {"step_size": 1000, "gamma": 0.5}}
@@ -44,8 +44,8 @@ def test_the_protocol_leaves_out_seeds_workers_and_speed_only_settings() -> None
     b = protocol_of(config(1, num_workers=4) | {"seed_everything": 1}, {})
     assert a == b
     settings = dict(a)
-    assert settings["model.backbone_options"] == "{hidden=32}"
-    assert settings["model.optimizer"] == "Adam(lr=0.001)"
+    assert settings["model.backbone_options.hidden"] == "32"
+    assert (settings["model.optimizer"], settings["model.optimizer.lr"]) == ("Adam()", "0.001")
     assert settings["model.lr_scheduler"] == "none"
     assert settings["trainer.max_steps"] == "3000"
     assert not {
@@ -55,7 +55,12 @@ def test_the_protocol_leaves_out_seeds_workers_and_speed_only_settings() -> None
         "model.compile_backbone",
         "trainer.accelerator",
     } & set(settings)
-    assert dict(protocol_of(config(0, STEP), {}))["model.lr_scheduler"] == "StepLR(gamma=0.5, step_size=1000)"
+    step = {k: v for k, v in protocol_of(config(0, STEP), {}) if k.startswith("model.lr_scheduler")}
+    assert step == {
+        "model.lr_scheduler": "StepLR()",
+        "model.lr_scheduler.gamma": "0.5",
+        "model.lr_scheduler.step_size": "1000",
+    }
 
 
 def test_without_a_config_the_record_gives_the_protocol() -> None:
@@ -68,15 +73,45 @@ def test_without_a_config_the_record_gives_the_protocol() -> None:
 
 def test_distinguishing_settings_name_only_what_differs() -> None:
     one = (("model.lr_scheduler", "none"), ("trainer.max_steps", "3000"))
-    two = (("model.lr_scheduler", "StepLR(step_size=1000)"), ("trainer.max_steps", "3000"))
+    two = (("model.lr_scheduler", "StepLR()"), ("model.lr_scheduler.step_size", "1000"), ("trainer.max_steps", "3000"))
     three = (("model.lr_scheduler", "none"), ("trainer.max_steps", "3000"), ("data.queries", "15"))
     assert distinguishing_settings([one]) == [""]
     assert distinguishing_settings([one, one]) == ["", ""]
     assert distinguishing_settings([one, two, three]) == [
         "queries=–, lr_scheduler=none",
-        "queries=–, lr_scheduler=StepLR(step_size=1000)",
+        "queries=–, lr_scheduler=step",
         "queries=15, lr_scheduler=none",
     ]
+
+
+def test_settings_are_words_and_a_class_shows_the_arguments_that_tell_it_apart() -> None:
+    """``lr_scheduler=cosine``, not the object text ``CosineToZero(last_epoch=-1, max_steps=none, start=0)``; the
+    arguments of a class only where two protocols of that class differ in them."""
+    cosine = {"class_path": "lightning_episodes.algorithms.schedules.CosineToZero",
+              "init_args": {"start": 0, "last_epoch": -1, "max_steps": None}}  # fmt: skip
+    step_2000 = {"class_path": STEP["class_path"], "init_args": {"step_size": 2000, "gamma": 0.5}}
+    protocols = [protocol_of(config(0, schedule), {}) for schedule in (None, cosine, STEP, step_2000)]
+    assert distinguishing_settings(protocols) == [
+        "lr_scheduler=none",
+        "lr_scheduler=cosine",
+        "lr_scheduler=step(step_size=1000)",
+        "lr_scheduler=step(step_size=2000)",
+    ]
+    wider = protocol_of(config(0, cosine, hidden=64), {})
+    widths = ["backbone_options.hidden=32", "backbone_options.hidden=64"]
+    assert distinguishing_settings([protocols[1], wider]) == widths
+    # two classes of one word: their names tell them apart
+    other = protocol_of(config(0, {"class_path": "my.schedules.CosineLR"}), {})
+    assert distinguishing_settings([protocols[1], other]) == ["lr_scheduler=CosineToZero", "lr_scheduler=CosineLR"]
+
+
+@pytest.mark.parametrize(
+    ("name", "word"),
+    [("CosineToZero", "cosine"), ("LinearToZero", "linear"), ("StepLR", "step"), ("MultiStepLR", "multi_step"),
+     ("Adam", "adam"), ("SGD", "sgd"), ("ReduceLROnPlateau", "reduce_lr_on_plateau"), ("LR", "lr")],
+)  # fmt: skip
+def test_class_words(name: str, word: str) -> None:
+    assert class_word(name) == word
 
 
 def test_runs_of_two_schedules_are_two_columns_not_two_seeds(tmp_path: Path) -> None:
@@ -88,11 +123,11 @@ def test_runs_of_two_schedules_are_two_columns_not_two_seeds(tmp_path: Path) -> 
     ]
     table = build_table(results)
     assert [column.label for column in table.columns] == [
-        "Glyphs-100, Conv-4, 5-way 1-shot [lr_scheduler=StepLR(gamma=0.5, step_size=1000)]",
         "Glyphs-100, Conv-4, 5-way 1-shot [lr_scheduler=none]",
+        "Glyphs-100, Conv-4, 5-way 1-shot [lr_scheduler=step]",
     ]
     cells = [table.cells[table.rows[0], column] for column in table.columns]
-    assert [(cell.seeds, round(cell.mean, 4)) for cell in cells] == [(2, 0.46), (1, 0.55)]
+    assert [(cell.seeds, round(cell.mean, 4)) for cell in cells] == [(1, 0.55), (2, 0.46)]
     assert distinguish_protocols(distinguish_protocols(results)) == distinguish_protocols(results)  # idempotent
     assert runs_markdown(results) == ""  # no validation curves recorded: no runs table
     assert "[lr_scheduler=none]" in table.to_markdown()
@@ -106,7 +141,7 @@ def test_one_protocol_keeps_one_column_without_a_setting(tmp_path: Path) -> None
 
 
 @pytest.mark.parametrize(
-    ("other", "named"), [({"hidden": 64}, "backbone_options"), ({"lr_scheduler": STEP}, "lr_scheduler")]
+    ("other", "named"), [({"hidden": 64}, "backbone_options.hidden"), ({"lr_scheduler": STEP}, "lr_scheduler")]
 )
 def test_a_width_or_a_schedule_apart_splits_the_column(tmp_path: Path, other: dict[str, Any], named: str) -> None:
     results = [

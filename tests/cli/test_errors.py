@@ -120,6 +120,23 @@ def test_a_setup_error_names_the_parameter_and_the_split(tmp_path: Path) -> None
 
 
 @pytest.mark.slow
+def test_a_download_without_learn2learn_is_one_line_naming_the_option(tmp_path: Path) -> None:
+    """The real console script in an environment without learn2learn: the download stops at set-up, in one line that
+    names the option and says how to install learn2learn (not a ModuleNotFoundError traceback)."""
+    code = "import sys; sys.modules['learn2learn'] = None; import lightning_episodes.console as c; sys.exit(c.entry())"
+    data = ["--data.dataset", "mini-imagenet", "--data.root", str(tmp_path / "data"), "--data.download", "true"]
+    trainer = ["--trainer.max_steps", "1", "--trainer.logger", "false", "--trainer.default_root_dir", str(tmp_path)]
+    command = [sys.executable, "-c", code, "fit", "--model", "ProtoNet", *data, *trainer]
+    done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
+    line = _error_line(done.stderr)
+    assert "data.download=true: downloading mini-imagenet needs learn2learn, which is not installed" in line
+    assert "install it with `make learn2learn`" in line
+    assert not (tmp_path / "data").exists()
+
+
+@pytest.mark.slow
 def test_the_debug_variable_shows_the_traceback(tmp_path: Path) -> None:
     done = _run(tmp_path, "fit", "--config", QUICKSTART, "--data.ways", "0", debug=True)
     assert done.returncode == 1

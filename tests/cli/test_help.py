@@ -1,4 +1,5 @@
-"""``lightning-episodes --help`` lists every subcommand with one line, and every listed subcommand works."""
+"""``lightning-episodes --help`` lists every subcommand with one line, and every listed subcommand works; a tool's
+``--help`` has an example and says its types in words."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import lightning_episodes
-from lightning_episodes.cli import TOOLS, EpisodicCLI
+from lightning_episodes.cli import TOOLS, EpisodicCLI, run_tool
 
 BIN = Path(sys.executable).parent / "lightning-episodes"
 EXPECTED = ["fit", "validate", "test", "predict", "difficulty", "report", "compare", "configs"]
@@ -64,3 +65,16 @@ def test_every_listed_subcommand_has_working_help(command: str) -> None:
         assert "--support" in done.stdout
         assert "--query" in done.stdout
         assert "--trainer" not in done.stdout  # not Lightning's predict
+
+
+@pytest.mark.parametrize("command", sorted(TOOLS))
+def test_a_tools_help_has_an_example_and_types_in_words(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        run_tool([command, "--help"])
+    assert exit_info.value.code == 0
+    shown = capsys.readouterr().out
+    assert re.search(rf"^example:\n  lightning-episodes {command} (--)?\w", shown, flags=re.MULTILINE), shown
+    for python in ("<class", "Literal[", "| null", "NoneType", "Optional["):
+        assert python not in shown, python
+    words = " ".join(shown.split())  # the help wraps its lines
+    assert "(required, type: path)" in words or "(required, type: string)" in words

@@ -1,6 +1,7 @@
-"""What the command line checks and reports around a run: the batch divides among the devices before any process
-starts, an absent accelerator is one line, a standalone test records its checkpoint's step, a resumed run's
-progress bar shows its version number, and a checkpoint of another algorithm than --model is said in one line."""
+"""What the command line checks and reports around a run: the batch and the fixed episodes divide among the devices
+before any process starts, an absent accelerator is one line, a standalone test records its checkpoint's step, a
+resumed run's progress bar shows its version number, and a checkpoint of another algorithm than --model is said in one
+line."""
 
 from __future__ import annotations
 
@@ -32,6 +33,21 @@ def test_a_batch_that_does_not_divide_among_the_devices_stops_before_they_start(
     line = _error_line(capsys)
     assert line.endswith("error: data.episodes_per_batch=4 must be divisible by the number of devices (3): it is the "
                          "global batch and every device takes an equal slice")  # fmt: skip
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.yaml"]  # no run folder
+
+
+def test_fewer_fixed_episodes_than_devices_stop_before_they_start(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each device evaluates its share of the fixed episodes (a loader with a length: Lightning refuses an empty
+    one)."""
+    config = str(_config(tmp_path))
+    args = ["--trainer.accelerator=cpu", "--trainer.devices=2", "--trainer.strategy=ddp_fork", "--data.test_episodes=1"]
+    assert entry(["fit", "--config", config, *args]) == 2
+    assert _error_line(capsys).endswith(
+        "error: data.test_episodes=1 must be >= the number of devices (2): every device evaluates its share of the "
+        "fixed episodes"
+    )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["config.yaml"]  # no run folder
 
 

@@ -9,6 +9,8 @@ import warnings
 from pathlib import Path
 
 import pytest
+import yaml
+from matplotlib.figure import Figure
 
 from lightning_episodes.analysis.report import build_table
 from lightning_episodes.commands.report import main
@@ -87,3 +89,25 @@ def test_best_step_and_convergence_by_hand(tmp_path: Path, capsys: pytest.Captur
         f"{benchmark} | 2 | 45.00 ± 1.00 | 45.00 | 300 | 44.00 | 900 | yes |",
     ]
     assert plot.read_bytes().startswith(b"\x89PNG"), "a PNG figure"
+
+
+def test_headers_and_plot_titles_name_what_differs_in_words(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``[lr_scheduler=cosine]``, not the object text ``CosineToZero(last_epoch=-1, max_steps=none, start=0)``."""
+    cosine = {"class_path": "lightning_episodes.algorithms.schedules.CosineToZero",
+              "init_args": {"start": 0, "last_epoch": -1, "max_steps": None}}  # fmt: skip
+    for name, schedule in (("constant", None), ("cosine", cosine)):
+        path = write_run(tmp_path / name, 0.5, 0.01, validation=[[100, 0.4], [200, 0.5]])
+        config = yaml.safe_load(path.with_name("config.yaml").read_text())
+        config["model"] = {"class_path": "lightning_episodes.algorithms.ProtoNet",
+                           "init_args": {"lr_scheduler": schedule}}  # fmt: skip
+        path.with_name("config.yaml").write_text(yaml.safe_dump(config))
+    titles: list[str] = []
+    monkeypatch.setattr(Figure, "savefig", lambda figure, *_, **__: titles.extend(a.get_title() for a in figure.axes))
+    assert main([str(tmp_path), "--plot", str(tmp_path / "study.png")]) == 0
+    printed = capsys.readouterr().out
+    columns = [f"Mini-ImageNet, Conv-4, 5-way 1-shot [lr_scheduler={word}]" for word in ("cosine", "none")]
+    assert printed.splitlines()[0] == f"| Algorithm | Sampling | {' | '.join(columns)} |"
+    assert "CosineToZero" not in printed
+    assert [" ".join(title.split()) for title in titles if title] == columns

@@ -2,7 +2,7 @@
 
 Every class gets its own solid colour, so a test can check that each loaded image still shows the
 colour of the class its label names. Class names are the real ones wherever a loader selects classes
-by name (learn2learn's Meta-Dataset split lists, CUB's ImageNet-duplicate list).
+by name (Meta-Dataset's split lists and CUB's ImageNet-duplicate list, as learn2learn holds them).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import numpy as np
 import scipy.io
 from PIL import Image
 
+from lightning_episodes.data.datasets import meta_dataset_splits as splits
 from lightning_episodes.testing.datasets import RGB, Fabricated  # what a writer returns: what the loader must make
 
 #: Colour of images that a loader must leave out (never a class colour, see :meth:`Fabricated.add`).
@@ -89,9 +90,7 @@ def write_tiered_imagenet(root: Path, per_class: int = 2, as_released: bool = Fa
 
 def write_cub200(root: Path, per_class: int = 2) -> Fabricated:
     """``cubirds200/CUB_200_2011/images/<class>/<image>.jpg`` plus CUB's 43 ImageNet duplicates."""
-    from learn2learn.vision.datasets.cu_birds200 import IMAGENET_DUPLICATES, SPLITS
-
-    fab = Fabricated({s: list(SPLITS[s]) for s in ("train", "validation", "test")})
+    fab = Fabricated({s: list(splits.CUB200[s]) for s in ("train", "validation", "test")})
     images = root / "cubirds200" / "CUB_200_2011" / "images"
     folders = {}
     for names in fab.split_classes.values():
@@ -103,7 +102,7 @@ def write_cub200(root: Path, per_class: int = 2) -> Fabricated:
                 fab.add(name, per_class),
                 [f"{species}_{j:04d}_{j}.jpg" for j in range(per_class)],
             )
-    for duplicate in IMAGENET_DUPLICATES["all"]:
+    for duplicate in [name for names in splits.CUB200_IMAGENET_DUPLICATES.values() for name in names]:
         solid(EXCLUDED).save(folders[duplicate.rsplit("_", 2)[0].lower()] / duplicate, quality=95)
         fab.excluded += 1
     return fab
@@ -111,9 +110,7 @@ def write_cub200(root: Path, per_class: int = 2) -> Fabricated:
 
 def write_dtd(root: Path, per_class: int = 2) -> Fabricated:
     """``describable_textures/dtd/images/<class>/<class>_NNNN.jpg`` (and a KDE ``.directory`` file)."""
-    from learn2learn.vision.datasets.describable_textures import SPLITS
-
-    fab = Fabricated({s: list(SPLITS[s]) for s in ("train", "validation", "test")})
+    fab = Fabricated({s: list(splits.DTD[s]) for s in ("train", "validation", "test")})
     images = root / "describable_textures" / "dtd" / "images"
     for names in fab.split_classes.values():
         for name in names:
@@ -124,9 +121,7 @@ def write_dtd(root: Path, per_class: int = 2) -> Fabricated:
 
 def write_fgvc_aircraft(root: Path, per_class: int = 2, labels_pickle: bool = True) -> Fabricated:
     """``fgvc_aircraft/fgvc-aircraft-2013b/data/``: images, variant lists and learn2learn's ``labels.pkl``."""
-    from learn2learn.vision.datasets.fgvc_aircraft import SPLITS
-
-    fab = Fabricated({s: list(SPLITS[k]) for s, k in (("train", "train"), ("validation", "valid"), ("test", "test"))})
+    fab = Fabricated({s: list(splits.FGVC_AIRCRAFT[s]) for s in ("train", "validation", "test")})
     data = root / "fgvc_aircraft" / "fgvc-aircraft-2013b" / "data"
     families: dict[str, list[str]] = {"train": [], "val": [], "test": []}
     for names in fab.split_classes.values():
@@ -147,9 +142,7 @@ def write_fgvc_aircraft(root: Path, per_class: int = 2, labels_pickle: bool = Tr
 
 def write_vgg_flowers(root: Path, per_class: int = 2) -> Fabricated:
     """``vgg_flower102/jpg/image_NNNNN.jpg`` and ``imagelabels.mat`` (labels 1..102 as doubles)."""
-    from learn2learn.vision.datasets.vgg_flowers import SPLITS
-
-    fab = Fabricated({s: [f"{label:03d}" for label in SPLITS[s]] for s in ("train", "validation", "test")})
+    fab = Fabricated({s: [f"{label:03d}" for label in splits.VGG_FLOWERS[s]] for s in ("train", "validation", "test")})
     for names in fab.split_classes.values():
         for name in names:
             fab.add(name, per_class)

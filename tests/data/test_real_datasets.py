@@ -1,4 +1,5 @@
-"""The paper's datasets, loaded through the real code path (learn2learn included) from tiny fake files.
+"""The paper's datasets, loaded through the real code path from tiny fake files in the real formats: read without
+learn2learn, downloaded through it, and checked against learn2learn's own readers of the same files.
 
 What every loader shares (splits, class counts, shapes, determinism, argument errors) is in
 ``test_loader_contract.py``; here: the pixels and names each class keeps, the cache, downloads and the
@@ -7,7 +8,9 @@ datasets' own quirks.
 
 from __future__ import annotations
 
+import os
 import shutil
+import sys
 import tarfile
 import warnings
 from collections.abc import Callable
@@ -29,7 +32,7 @@ from lightning_episodes.data.datasets import (
     vgg_flowers,
 )
 from lightning_episodes.data.datasets import cache as cache_module
-from lightning_episodes.data.datasets.cache import FORMAT_VERSION, IMAGENET_MEAN, IMAGENET_STD
+from lightning_episodes.data.datasets.cache import FORMAT_VERSION, IMAGENET_MEAN, IMAGENET_STD, SourceSplit
 from tests.data.fabricate import (
     EXCLUDED,
     WRITERS,
@@ -263,3 +266,98 @@ def test_default_root_comes_from_the_environment(tmp_path: Path, monkeypatch: py
     monkeypatch.setenv(cache_module.DATA_ROOT_ENV, str(tmp_path / "env-root"))
     with pytest.raises(FileNotFoundError, match="env-root"):
         load_dataset("dtd")
+
+
+def _without_learn2learn(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make learn2learn unimportable, as in an environment without it (its modules already imported included)."""
+    for module in [name for name in sys.modules if name.partition(".")[0] == "learn2learn"] + ["learn2learn"]:
+        monkeypatch.setitem(sys.modules, module, None)
+
+
+@pytest.mark.parametrize("name", DATASETS)
+def test_reads_the_files_on_disk_without_learn2learn(
+    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fab = WRITERS[name](tmp_path)
+    _without_learn2learn(monkeypatch)
+    with pytest.raises(ImportError):
+        import learn2learn  # noqa: F401
+    _check(name, load_dataset(name, root=tmp_path, download=True), fab)  # the files are there: nothing to download
+
+
+@pytest.mark.parametrize("name", DATASETS)
+def test_a_download_without_learn2learn_is_one_line_naming_the_option(
+    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _without_learn2learn(monkeypatch)
+    root = tmp_path / "nowhere"
+    with pytest.raises(ValueError, match=f"^data.download=true: downloading {name} needs learn2learn") as error:
+        load_dataset(name, root=root, download=True)
+    message = str(error.value)
+    assert "\n" not in message
+    assert "which is not installed" in message
+    assert "make learn2learn" in message
+    assert "scripts/install_learn2learn.sh" in message
+    assert not root.exists(), "nothing is created before the download can start"
+    with pytest.raises(FileNotFoundError) as missing:  # without the option: where the files go, and how to get them
+        load_dataset(name, root=root)
+    assert "--data.download true" in str(missing.value)
+    assert "learn2learn, which is not installed: install it with `make learn2learn`" in str(missing.value)
+
+
+def _learn2learn_splits(name: str, root: Path) -> list[SourceSplit]:
+    """The splits as learn2learn 0.2.0's readers give them: the readers of the previous versions, kept as the
+    reference."""
+    import learn2learn.vision.datasets as l2l
+    from learn2learn.vision.datasets import cu_birds200, describable_textures, fgvc_aircraft, vgg_flowers
+
+    classes = {"train": 0, "validation": 0, "test": 0} | MODULES[name].SPLIT_CLASSES
+    splits = []
+    for split in SPLITS:
+        if name == "mini-imagenet":
+            mini = l2l.MiniImagenet(str(root), mode=split)
+            splits.append(SourceSplit(split, list(mini.class_idx), mini, classes[split]))
+        elif name == "tiered-imagenet":
+            short = "val" if split == "validation" else split
+            labels = tiered_imagenet.read_labels(root / "tiered-imagenet" / f"{short}_labels.pkl")
+            names = [str(n) for n in labels["label_specific_str"]]
+            groups = tiered_imagenet._categories(labels, len(names), split)  # not learn2learn's: it has none
+            images = l2l.TieredImagenet(str(root), mode=split)
+            splits.append(SourceSplit(split, names, images, classes[split], groups=groups))
+        elif name == "cub200":
+            birds = l2l.CUBirds200(str(root), mode=split, bounding_box_crop=False)
+            keys = [(label, path) for path, label in birds.data]
+            order = sorted(range(len(keys)), key=keys.__getitem__)
+            splits.append(SourceSplit(split, cu_birds200.SPLITS[split], birds, classes[split], order=order))
+        elif name == "dtd":
+            textures = l2l.DescribableTextures(str(root), mode=split)
+            names = describable_textures.SPLITS[split]
+            # its images in os.listdir order, without their names: put them in file-name order as the cache keeps them
+            folder = root / "describable_textures" / "dtd" / "images"
+            listed = [(j, f) for j, c in enumerate(names) for f in os.listdir(folder / c) if f != ".directory"]
+            order = sorted(range(len(listed)), key=listed.__getitem__)
+            splits.append(SourceSplit(split, names, textures, classes[split], order=order))
+        elif name == "fgvc-aircraft":
+            aircraft = l2l.FGVCAircraft(str(root), mode=split, bounding_box_crop=False)
+            names = fgvc_aircraft.SPLITS["valid" if split == "validation" else split]
+            splits.append(SourceSplit(split, names, aircraft, classes[split]))
+        else:
+            flowers = l2l.VGGFlower102(str(root), mode=split)
+            names = [f"{label:03d}" for label in vgg_flowers.SPLITS[split]]
+            splits.append(SourceSplit(split, names, flowers, classes[split]))
+    return splits
+
+
+@pytest.mark.parametrize("name", DATASETS)
+def test_the_cache_is_the_one_learn2learn_reading_the_same_files_gives(name: str, tmp_path: Path) -> None:
+    """The reference: learn2learn 0.2.0's own readers, converted the same way, give the same cache, byte for byte."""
+    pytest.importorskip("learn2learn.vision.datasets")
+    WRITERS[name](tmp_path)
+    load_dataset(name, root=tmp_path, image_size=16)
+    [path] = _cache_files(tmp_path)
+    ours = torch.load(path, weights_only=True)
+    spec = cache_module.CacheSpec.resolve(name, tmp_path, 16, None, None)
+    theirs = cache_module.convert(_learn2learn_splits(name, tmp_path), spec)
+    assert ours.keys() == theirs.keys()
+    for key, value in theirs.items():
+        assert torch.equal(ours[key], value) if isinstance(value, torch.Tensor) else ours[key] == value, key

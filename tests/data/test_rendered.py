@@ -8,6 +8,7 @@ full datasets from the default cache (rendering them there on first use: minutes
 from __future__ import annotations
 
 import os
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Any
 
 import pytest
 import torch
+from lightning_fabric.utilities.rank_zero import rank_zero_only
 
 from lightning_episodes.data.datasets import ImageDataset, glyphs, glyphs_hard, load_dataset, rendered
 
@@ -113,6 +115,42 @@ def test_cache_is_written_once_and_reused(case: Rendered, monkeypatch: pytest.Mo
     assert first.class_names == second.class_names
     other = 4 - first.image_shape[0]  # the other channel count comes from the same file
     assert load_dataset(case.name, tmp_path, images_per_class=3, channels=other).image_shape[0] == other
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+def test_a_first_render_says_what_it_does_on_stderr_with_a_bar_per_phase(
+    case: Rendered, processes: int, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    build = case.module.build_payload
+    monkeypatch.setattr(
+        case.module,
+        "build_payload",
+        lambda size, per_class, seed, **_: build(size, per_class, seed, characters=SAMPLE, processes=processes),
+    )
+    load_dataset(case.name, tmp_path, images_per_class=3)
+    out, err = capsys.readouterr()
+    assert out == ""
+    path = case.module.cache_file(tmp_path, case.image_size, 3, 0)
+    lines = [line.strip() for line in err.replace("\r", "\n").splitlines() if line.strip()]
+    assert lines[0] == f"{case.name}: rendering the dataset once into {path} (later runs read it from there)"
+    scanned = f"{case.name}: finding the fonts that draw each character: 100%"
+    assert any(line.startswith(scanned) and f"{len(SAMPLE)}/{len(SAMPLE)}" in line for line in lines), err
+    drawn = f"{case.name}: rendering 3 images of each character at {case.image_size} px: 100%"
+    assert any(line.startswith(drawn) for line in lines), err
+    assert re.fullmatch(rf"{case.name}: done in \d+ s", lines[-1])
+    load_dataset(case.name, tmp_path, images_per_class=3)
+    assert capsys.readouterr() == ("", ""), "a cached dataset loads silently"
+    build(case.image_size, 2, 0, characters=SAMPLE[:2], processes=processes)
+    assert capsys.readouterr() == ("", ""), "rendering outside a loader's first-time work says nothing"
+
+
+def test_only_rank_zero_reports_a_render(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    monkeypatch.setattr(rank_zero_only, "rank", 1)
+    monkeypatch.setattr(glyphs, "build_payload", _fake_build(Rendered(glyphs, "glyphs", 28, (8, 256))))
+    assert len(load_dataset("glyphs", tmp_path, images_per_class=2).labels) == 12
+    assert capsys.readouterr() == ("", "")
 
 
 def test_corrupt_cache_files_are_rejected(case: Rendered, sample: dict, tmp_path: Path) -> None:

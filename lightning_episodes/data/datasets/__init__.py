@@ -6,7 +6,7 @@ A dataset read from source files subclasses :class:`~.converted.ConvertedDataset
 ``tests/data/test_loader_contract.py``.
 """
 
-# importing a dataset module registers its loader (learn2learn itself is imported only to build a cache)
+# importing a dataset module registers its loader (learn2learn is imported only to download a dataset's files)
 from lightning_episodes.data.datasets import (  # noqa: E402, F401
     cub200,
     dtd,

@@ -148,16 +148,22 @@ def imagenet_statistics(channels: int) -> Statistics:
 
 
 def require_files(
-    spec: CacheSpec, required: Iterable[Path], layout: str, download: bool, downloadable: bool = True
+    spec: CacheSpec,
+    required: Iterable[Path],
+    layout: str,
+    download: bool,
+    downloadable: bool = True,
+    download_note: str = "",
 ) -> None:
-    """Check that the source files exist, unless learn2learn is about to download them.
+    """Check that the source files exist, unless they are about to be downloaded.
 
     Args:
         spec: the dataset.
         required: files or folders that must exist under ``spec.root``.
         layout: description of the expected layout; ``{root}`` is replaced by ``spec.root``.
-        download: whether the caller passes ``download=True`` to learn2learn.
+        download: whether the caller downloads missing files.
         downloadable: whether the dataset can be downloaded (the error offers the download option only then).
+        download_note: what the download needs, added to the offer (e.g. whether learn2learn is installed).
 
     Raises:
         FileNotFoundError: naming the missing paths, the expected layout and, if ``downloadable``, the download
@@ -165,11 +171,11 @@ def require_files(
     """
     missing = [str(path) for path in required if not path.exists()]
     if missing and not download:
-        offer = "Pass `--data.download true` (download=True) to download it with learn2learn, or point"
+        offer = f"; or pass `--data.download true` (download=True) to download it{download_note}"
         raise FileNotFoundError(
             f"{spec.name} was not found: missing {', '.join(missing)}.\n"
             f"Expected layout:\n{layout.format(root=spec.root)}\n"
-            f"{offer if downloadable else 'Point'} `--data.root` (now {spec.root}) at a folder with this layout."
+            f"Point `--data.root` (now {spec.root}) at a folder with this layout{offer if downloadable else ''}."
         )
 
 

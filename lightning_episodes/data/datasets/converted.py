@@ -35,6 +35,7 @@ from lightning_episodes.data.datasets.cache import (
     load_cached,
     require_files,
 )
+from lightning_episodes.data.datasets.downloads import learn2learn_note
 
 #: What a dataset module needs (it imports them all from here).
 __all__ = ["SPLITS", "CacheSpec", "ConvertedDataset", "ImageDataset", "SourceSplit", "Statistics"]
@@ -57,6 +58,9 @@ class ConvertedDataset(ABC):
     needs_root: ClassVar[bool] = False
     #: Whether ``download=True`` can fetch the source files.
     downloadable: ClassVar[bool] = True
+    #: Whether :meth:`fetch` downloads through learn2learn (the paper's datasets): the message about missing files
+    #: then says whether it is installed, and how to install it.
+    downloads_with_learn2learn: ClassVar[bool] = False
 
     @classmethod
     def register(cls) -> DatasetLoader:
@@ -120,10 +124,21 @@ class ConvertedDataset(ABC):
         return imagenet_statistics(data.image_shape[0])
 
     def require(self, spec: CacheSpec, required: Iterable[Path], download: bool) -> None:
-        """Check that the ``required`` source files exist, unless they are about to be downloaded.
+        """Check that the ``required`` source files exist, or download them with :meth:`fetch` when ``download``.
 
         Raises:
             FileNotFoundError: naming the missing paths, :attr:`layout` and, if :attr:`downloadable`, the download
                 option.
+            ValueError: from :meth:`fetch`, e.g. without learn2learn for a download that needs it.
         """
-        require_files(spec, required, self.layout, download, self.downloadable)
+        required = list(required)
+        note = learn2learn_note() if self.downloads_with_learn2learn else ""
+        require_files(spec, required, self.layout, download, self.downloadable, note)
+        if download and any(not path.exists() for path in required):
+            self.fetch(spec)
+
+    def fetch(self, spec: CacheSpec) -> None:  # noqa: B027 (a hook with a default, not an abstract method)
+        """Download the missing source files into ``spec.root`` (called by :meth:`require` with ``download``).
+
+        The default does nothing, for a subclass that downloads in :meth:`read_splits` itself.
+        """

@@ -2,12 +2,13 @@
 
 47 texture classes of 120 images each, split 33 / 7 / 7 (train / validation / test), used for
 cross-domain testing. The source is the official archive ``dtd-r1.0.1.tar.gz`` in learn2learn's
-layout (``download=True``: about 600 MB from learn2learn's address)::
+layout (``download=True``, through learn2learn: about 600 MB from learn2learn's address)::
 
     <root>/describable_textures/dtd/images/<class>/<image>.jpg   e.g. banded/banded_0002.jpg
 
-The split lists and the download come from learn2learn (``describable_textures.SPLITS``,
-``ARCHIVE_URL``), but the images are read here: learn2learn's ``DescribableTextures`` decodes every
+The split lists are learn2learn's (``describable_textures.SPLITS``, kept in
+:mod:`~lightning_episodes.data.datasets.meta_dataset_splits`) and the download is learn2learn's (``ARCHIVE_URL``),
+but the images are read here: learn2learn's ``DescribableTextures`` decodes every
 image of a split into memory when constructed (gigabytes at full resolution) and keeps them in
 ``os.listdir`` order without their file names, so the stored order, and with it every episode, would
 depend on the file system. Here each class is read lazily in file-name order, skipping hidden files
@@ -24,72 +25,51 @@ References:
 from __future__ import annotations
 
 import tarfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from PIL import Image
-
 from lightning_episodes.data.datasets.converted import SPLITS, CacheSpec, ConvertedDataset, SourceSplit
+from lightning_episodes.data.datasets.downloads import learn2learn_module
+from lightning_episodes.data.datasets.folder import ImageFiles, class_folder_images
+from lightning_episodes.data.datasets.meta_dataset_splits import DTD as CLASSES
 
 NAME = "dtd"
 #: Classes per split in Meta-Dataset.
 SPLIT_CLASSES = {"train": 33, "validation": 7, "test": 7}
+#: learn2learn's folder under the data root.
+DATA_DIR = "describable_textures"
 LAYOUT = """\
   {root}/describable_textures/dtd/images/<class>/<image>.jpg
   (the 47 class folders of dtd-r1.0.1.tar.gz, e.g. banded/, as learn2learn's DescribableTextures
   reads them)"""
 
 
-class TextureFolder:
-    """The images of some DTD classes, listed in file-name order and decoded on access.
-
-    Args:
-        images: the ``dtd/images`` folder.
-        classes: class folder names; local label ``j`` is ``classes[j]``.
-    """
-
-    def __init__(self, images: Path, classes: Sequence[str]) -> None:
-        self.data = [
-            (path, label)
-            for label, name in enumerate(classes)
-            for path in sorted((images / name).iterdir())
-            if path.is_file() and not path.name.startswith(".")
-        ]
-
-    def __len__(self) -> int:
-        return len(self.data)
-
-    def __getitem__(self, index: int) -> tuple[Image.Image, int]:
-        path, label = self.data[index]
-        with Image.open(path) as image:
-            return image.convert("RGB"), label
-
-
 class DescribableTextures(ConvertedDataset):
-    """DTD read lazily in file-name order; the split lists and the download come from learn2learn."""
+    """DTD read lazily in file-name order (downloaded through learn2learn)."""
 
-    name, split_classes, layout = NAME, SPLIT_CLASSES, LAYOUT
+    name, split_classes, layout, downloads_with_learn2learn = NAME, SPLIT_CLASSES, LAYOUT, True
 
     def read_splits(self, spec: CacheSpec, download: bool) -> Iterator[SourceSplit]:
-        from learn2learn.vision.datasets.describable_textures import DATA_DIR
-        from learn2learn.vision.datasets.describable_textures import SPLITS as CLASSES
-
         images = spec.root / DATA_DIR / "dtd" / "images"
         self.require(spec, [images], download)
-        if not images.exists():
-            _download(spec.root / DATA_DIR)
         for split in SPLITS:
-            yield SourceSplit(split, CLASSES[split], TextureFolder(images, CLASSES[split]), SPLIT_CLASSES[split])
+            files, labels = class_folder_images(images, CLASSES[split])
+            yield SourceSplit(split, CLASSES[split], ImageFiles(files, labels, mode="RGB"), SPLIT_CLASSES[split])
+
+    def fetch(self, spec: CacheSpec) -> None:
+        """Download and unpack the archive from learn2learn's address (its ``DescribableTextures`` would decode every
+        image of a split when built)."""
+        utils = learn2learn_module("learn2learn.data.utils", NAME)
+        address = learn2learn_module("learn2learn.vision.datasets.describable_textures", NAME).ARCHIVE_URL
+        _download(spec.root / DATA_DIR, address, utils.download_file)
 
 
-def _download(folder: Path) -> None:
-    """Download and unpack the archive the way ``DescribableTextures.download`` does."""
-    from learn2learn.data.utils import download_file
-    from learn2learn.vision.datasets.describable_textures import ARCHIVE_URL
-
+def _download(folder: Path, address: str, download_file: Callable[[str, str], object]) -> None:
+    """Download the archive at ``address`` with ``download_file`` and unpack it into ``folder``, as
+    ``DescribableTextures.download`` does."""
     folder.mkdir(parents=True, exist_ok=True)
-    archive = folder / ARCHIVE_URL.rsplit("/", 1)[-1]
-    download_file(ARCHIVE_URL, str(archive))
+    archive = folder / address.rsplit("/", 1)[-1]
+    download_file(address, str(archive))
     with tarfile.open(archive) as tar:
         tar.extractall(folder, filter="data")  # refuses paths that leave the folder
     archive.unlink()

@@ -27,7 +27,7 @@ import dataclasses
 import hashlib
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import torch
@@ -118,16 +118,45 @@ def image_files(folder: Path, what: str) -> list[Path]:
 
 
 class ImageFiles:
-    """Map-style samples: ``(decoded image, local label)`` of image files."""
+    """Map-style samples: ``(decoded image, local label)`` of image files.
 
-    def __init__(self, files: list[Path], labels: list[int]) -> None:
-        self.files, self.labels = files, labels
+    Args:
+        files: the image files.
+        labels: the local label of each.
+        mode: a Pillow mode each image is converted to first (``"RGB"``), as a dataset's reference reader does;
+            default: as decoded.
+    """
+
+    def __init__(self, files: list[Path], labels: list[int], mode: str | None = None) -> None:
+        self.files, self.labels, self.mode = files, labels, mode
 
     def __len__(self) -> int:
         return len(self.files)
 
     def __getitem__(self, index: int) -> tuple[Image.Image, int]:
-        return open_image(self.files[index]), self.labels[index]
+        image = open_image(self.files[index])
+        return image.convert(self.mode) if self.mode else image, self.labels[index]
+
+
+def class_folder_images(
+    images: Path, classes: Sequence[str], skip: Callable[[str], bool] = lambda name: False
+) -> tuple[list[Path], list[int]]:
+    """The files of each class folder ``images/<class>``, in file-name order, and their labels (``j`` for the files
+    of ``classes[j]``); names starting with ``.`` and those ``skip`` names are left out.
+
+    Raises:
+        FileNotFoundError: naming the folder, if a class folder is missing.
+    """
+    files: list[Path] = []
+    labels: list[int] = []
+    for label, name in enumerate(classes):
+        folder = images / name
+        if not folder.is_dir():
+            raise FileNotFoundError(f"the class folder {folder} is missing")
+        found = [p for p in sorted(folder.iterdir()) if p.is_file() and not p.name.startswith(".") and not skip(p.name)]
+        files += found
+        labels += [label] * len(found)
+    return files, labels
 
 
 def split_folders(root: Path) -> dict[str, Path]:

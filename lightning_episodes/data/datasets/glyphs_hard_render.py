@@ -261,6 +261,7 @@ def render_characters(
     render = functools.partial(
         render_character, images_per_class=images_per_class, image_size=image_size, seed=seed, knobs=knobs
     )
-    images = glyphs_render.parallel_starmap(render, list(zip(chars, font_indices, strict=True)), processes)
+    progress = f"rendering {images_per_class} images of each character at {image_size} px"
+    images = glyphs_render.parallel_starmap(render, list(zip(chars, font_indices, strict=True)), processes, progress)
     empty = np.zeros((0, images_per_class, 3, image_size, image_size), np.uint8)
     return np.stack(images) if images else empty

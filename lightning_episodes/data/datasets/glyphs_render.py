@@ -22,6 +22,8 @@ from fontTools import agl
 from fontTools.ttLib import TTFont
 from PIL import Image, ImageDraw, ImageFont
 
+from lightning_episodes.data.datasets.progress import bar
+
 #: Claims every code point but draws the same placeholder box for all of them.
 EXCLUDED_FONTS = frozenset({"LastResortHE-Regular.ttf"})
 #: Letters, numbers, punctuation and symbols; marks, separators, controls and private use are not
@@ -312,7 +314,8 @@ def render_character(
 
 def scan_characters(chars: Sequence[str], processes: int = 1) -> list[tuple[list[int], np.ndarray]]:
     """:func:`scan_character` for each of ``chars``, over ``processes`` worker processes."""
-    return parallel_starmap(scan_character, [(ch,) for ch in chars], processes)
+    arguments = [(ch,) for ch in chars]
+    return parallel_starmap(scan_character, arguments, processes, "finding the fonts that draw each character")
 
 
 def render_characters(
@@ -321,19 +324,37 @@ def render_characters(
 ) -> np.ndarray:  # fmt: skip
     """Images of several characters: uint8 ``[len(chars), images_per_class, image_size, image_size]``."""
     render = functools.partial(render_character, images_per_class=images_per_class, image_size=image_size, seed=seed)
-    images = parallel_starmap(render, list(zip(chars, font_indices, strict=True)), processes)
+    progress = f"rendering {images_per_class} images of each character at {image_size} px"
+    images = parallel_starmap(render, list(zip(chars, font_indices, strict=True)), processes, progress)
     return np.stack(images) if images else np.zeros((0, images_per_class, image_size, image_size), np.uint8)
 
 
-def parallel_starmap(fn: Callable[..., _R], arguments: Sequence[tuple[Any, ...]], processes: int) -> list[_R]:
-    """``[fn(*a) for a in arguments]``, in order, over ``processes`` forked workers (serial when 1).
+def parallel_starmap(
+    fn: Callable[..., _R], arguments: Sequence[tuple[Any, ...]], processes: int, progress: str = ""
+) -> list[_R]:
+    """``[fn(*a) for a in arguments]``, in order, over ``processes`` forked workers (serial when 1), with a progress
+    bar described by ``progress`` while a dataset reports its first-time work (:mod:`.progress`).
 
     The result does not depend on ``processes``: each call is a pure function of its arguments.
     """
     serial = processes <= 1 or len(arguments) < 2 or "fork" not in multiprocessing.get_all_start_methods()
-    if serial or multiprocessing.current_process().daemon:  # a daemon (a DataLoader worker) has no children
-        return [fn(*a) for a in arguments]
-    # fork, not spawn: the workers need only the numpy/PIL/font state already loaded here, while spawn
-    # would re-import torch and Lightning in each of them.
-    with multiprocessing.get_context("fork").Pool(processes) as pool:
-        return pool.starmap(fn, arguments, chunksize=max(1, len(arguments) // (8 * processes)))
+    with bar(len(arguments), progress) as shown:
+        if serial or multiprocessing.current_process().daemon:  # a daemon (a DataLoader worker) has no children
+            results = []
+            for a in arguments:
+                results.append(fn(*a))
+                shown.update()
+            return results
+        # fork, not spawn: the workers need only the numpy/PIL/font state already loaded here, while spawn
+        # would re-import torch and Lightning in each of them.
+        with multiprocessing.get_context("fork").Pool(processes) as pool:
+            chunks = max(1, len(arguments) // (8 * processes))
+            results = []
+            for result in pool.imap(functools.partial(_star, fn), arguments, chunksize=chunks):
+                results.append(result)
+                shown.update()
+            return results
+
+
+def _star(fn: Callable[..., _R], arguments: tuple[Any, ...]) -> _R:
+    return fn(*arguments)

@@ -12,7 +12,6 @@ A payload is ``{"format": int, "characters": list[str], "images": uint8 [len(cha
 
 from __future__ import annotations
 
-import logging
 import os
 import warnings
 import zlib
@@ -23,10 +22,9 @@ from typing import Any, Protocol
 
 import torch
 
+from lightning_episodes.data.datasets import progress
 from lightning_episodes.data.datasets.base import ImageDataset
 from lightning_episodes.data.datasets.cache import save_atomically
-
-log = logging.getLogger(__name__)
 
 
 class RenderedModule(Protocol):
@@ -189,8 +187,8 @@ def cached_or_rendered(
     folder that cannot be written costs time, not correctness: a warning)."""
     if cached is not None:
         return cached
-    log.info("rendering the %s dataset into %s", name, path)
-    payload = render()
+    with progress.reporting(name, f"rendering the dataset once into {path} (later runs read it from there)"):
+        payload = render()
     try:
         write_cache(path, payload)
     except OSError as error:

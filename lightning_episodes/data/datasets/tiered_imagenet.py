@@ -3,15 +3,16 @@
 Classes are split by category so that training and test classes are semantically apart: 351 classes
 (20 categories) for training, 97 (6) for validation, 160 (8) for testing, at 84 × 84 pixels. The
 source files are those of Ren et al., which learn2learn's ``TieredImagenet`` reads and downloads
-(``download=True``: about 12 GB; the cache takes about 16.5 GB at 84 px)::
+(``download=True``, through learn2learn: about 12 GB; the cache takes about 16.5 GB at 84 px)::
 
     <root>/tiered-imagenet/{train,val,test}_images_png.pkl   list of PNG-encoded images (uint8 arrays)
     <root>/tiered-imagenet/{train,val,test}_labels.pkl       dict with "label_specific" (class per
         image), "label_general" (category per image), "label_specific_str" (class names) and
         "label_general_str" (category names)
 
-Images are decoded through ``learn2learn.vision.datasets.TieredImagenet``; the class and category
-names come from the same labels pickles (learn2learn keeps only ``label_specific``). Each class's
+Images are decoded here as learn2learn's ``TieredImagenet`` decodes them (PIL, in file order, labelled by
+``label_specific``), the pickles read with an unpickler that reconstructs only containers and numpy arrays; the
+class and category names come from the same labels pickles (learn2learn keeps only ``label_specific``). Each class's
 category becomes its ``group`` when the category labels are consistent (every class in exactly one
 of the split's 20 / 6 / 8 named categories). The files Ren et al. released (which learn2learn
 downloads) fail this: their generator numbered ``label_general`` wrongly, leaving most images with an
@@ -25,15 +26,18 @@ References:
 
 from __future__ import annotations
 
-import pickle
+import io
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from PIL import Image
 
 from lightning_episodes.data.datasets.converted import SPLITS, CacheSpec, ConvertedDataset, SourceSplit
+from lightning_episodes.data.datasets.downloads import learn2learn_module
+from lightning_episodes.data.datasets.pickles import read_pickle
 
 NAME = "tiered-imagenet"
 #: Classes and high-level categories per split in Ren et al. (2018).
@@ -46,51 +50,48 @@ LAYOUT = """\
       label_specific_str, label_general_str), as learn2learn's TieredImagenet reads them"""
 
 
+class EncodedImages:
+    """Map-style samples: ``(decoded image, label)`` of a list of PNG-encoded images and their labels."""
+
+    def __init__(self, images: Sequence[Any], labels: np.ndarray) -> None:
+        if len(images) != len(labels):
+            raise ValueError(f"{len(images)} images but {len(labels)} labels")
+        self.images, self.labels = images, labels
+
+    def __len__(self) -> int:
+        return len(self.images)
+
+    def __getitem__(self, index: int) -> tuple[Image.Image, int]:
+        return Image.open(io.BytesIO(self.images[index])), int(self.labels[index])
+
+
 class TieredImageNet(ConvertedDataset):
     """Tiered-ImageNet with its categories as ``groups`` when they are consistent (see the module docstring)."""
 
-    name, split_classes, layout = NAME, SPLIT_CLASSES, LAYOUT
+    name, split_classes, layout, downloads_with_learn2learn = NAME, SPLIT_CLASSES, LAYOUT, True
 
     def read_splits(self, spec: CacheSpec, download: bool) -> Iterator[SourceSplit]:
         folder = spec.root / "tiered-imagenet"
         required = [folder / f"{_FILE_SPLIT[s]}_{kind}.pkl" for s in SPLITS for kind in ("images_png", "labels")]
         self.require(spec, required, download)
-        from learn2learn.vision.datasets import TieredImagenet  # slow import: only when converting
-
-        spec.root.mkdir(parents=True, exist_ok=True)  # learn2learn creates only the last folder level
         for split in SPLITS:
-            images = TieredImagenet(str(spec.root), mode=split, download=download)  # decodes PNGs lazily
+            path = folder / f"{_FILE_SPLIT[split]}_images_png.pkl"
+            encoded = read_pickle(path, "a tiered-ImageNet images file")
+            if not isinstance(encoded, list):
+                raise ValueError(f"{path} is not a tiered-ImageNet images file: it holds a {type(encoded).__name__}")
             labels = read_labels(folder / f"{_FILE_SPLIT[split]}_labels.pkl")
             class_names = [_text(name) for name in labels["label_specific_str"]]
             groups = _categories(labels, len(class_names), split)
+            images = EncodedImages(encoded, np.asarray(labels["label_specific"]).ravel())
             yield SourceSplit(split, class_names, images, SPLIT_CLASSES[split], groups=groups)
-            del images  # free this split's encoded images before the next split is read
+            del encoded, images  # free this split's encoded images before the next split is read
 
-
-#: What a labels pickle may reconstruct besides the containers, strings and numbers pickle encodes itself: builtin
-#: containers and strings, and the numpy arrays of the labels (nothing that runs code or touches files).
-_LABEL_GLOBALS = (
-    {("builtins", name) for name in ("dict", "list", "tuple", "set", "frozenset", "str", "bytes", "bytearray")}
-    | {
-        (module, name)
-        for core in ("numpy.core", "numpy._core")
-        for module, name in (
-            (f"{core}.multiarray", "_reconstruct"),
-            (f"{core}.multiarray", "scalar"),
-            (f"{core}.numeric", "_frombuffer"),
-        )
-    }
-    | {("numpy", "ndarray"), ("numpy", "dtype"), ("_codecs", "encode")}
-)  # encode: bytes in protocol-2 pickles
-
-
-class _LabelUnpickler(pickle.Unpickler):
-    """An unpickler that reconstructs only :data:`_LABEL_GLOBALS`."""
-
-    def find_class(self, module: str, name: str) -> Any:
-        if (module, name) not in _LABEL_GLOBALS:
-            raise pickle.UnpicklingError(f"{module}.{name} is not allowed in a labels file")
-        return super().find_class(module, name)
+    def fetch(self, spec: CacheSpec) -> None:
+        """Download the files of every split with learn2learn's ``TieredImagenet`` (which then reads the smallest
+        split, the test split, once itself)."""
+        datasets = learn2learn_module("learn2learn.vision.datasets", NAME)
+        spec.root.mkdir(parents=True, exist_ok=True)  # learn2learn creates only the last folder level
+        datasets.TieredImagenet(str(spec.root), mode="test", download=True)
 
 
 def read_labels(path: Path) -> dict[str, Any]:
@@ -100,11 +101,7 @@ def read_labels(path: Path) -> dict[str, Any]:
     Raises:
         ValueError: naming the file, if it holds anything else or is not a dict.
     """
-    with open(path, "rb") as file:
-        try:
-            labels = _LabelUnpickler(file, encoding="latin1").load()  # Python 2 pickles of numpy arrays need latin1
-        except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError) as error:
-            raise ValueError(f"{path} is not a tiered-ImageNet labels file: {error}") from None
+    labels = read_pickle(path, "a tiered-ImageNet labels file")
     if not isinstance(labels, dict):
         raise ValueError(f"{path} is not a tiered-ImageNet labels file: it holds a {type(labels).__name__}, not a dict")
     return labels
