@@ -95,7 +95,7 @@ def parser() -> Any:
         "names", nargs="*", metavar="NAME", default=[], help="configs to copy, by name (none: list them)"
     )
     parser.add_argument("--all", action="store_true", help="copy every shipped config")
-    parser.add_argument("--to", metavar="DIR", default="configs", help="the folder to copy into")
+    parser.add_argument("--to", metavar="DIR", type=str, default="configs", help="the folder to copy into")
     parser.add_argument("--force", action="store_true", help="overwrite files that exist")
     return parser
 
