@@ -22,9 +22,9 @@ Protocol = tuple[tuple[str, str], ...]
 _DATA_IGNORED = frozenset(
     {"seed", "train_seed", "root", "cache_dir", "download", "num_workers", "device_cache", "eval_episodes_per_batch"}
 )
-#: data settings added after runs were recorded, at the value that does what the older runs did: left out at that
-#: value, so a run recorded before the setting existed and one at its default are one protocol
-_DATA_ADDED = {"train_images_per_class": None}
+#: settings added after runs were recorded, at the value that does what the older runs did: left out at that value,
+#: so a run recorded before the setting existed and one at its default are one protocol
+_ADDED = {"data.train_images_per_class": None, "model.backbone_weights": None, "model.drop_head": None}
 #: data settings that make a row, not a column: the task sampler chooses the training episodes, as the weighting does
 #: (a report names it in the row: ``baseline (task_sampler=...)``)
 _DATA_ROW = frozenset({"task_sampler"})
@@ -96,27 +96,31 @@ def _arguments(section: Any) -> Mapping[str, Any]:
     return arguments if isinstance(arguments, Mapping) else {}
 
 
-def _in_protocol(data_setting: str, value: Any) -> bool:
-    added_default = data_setting in _DATA_ADDED and value == _DATA_ADDED[data_setting]
-    return data_setting not in _DATA_IGNORED | _DATA_ROW and not added_default
+def _in_protocol(setting: str, value: Any) -> bool:
+    """Whether ``setting`` (``data.ways``, ``model.drop_head``) at ``value`` is part of a protocol."""
+    section, name = setting.split(".", 1)
+    if setting in _ADDED and value == _ADDED[setting]:
+        return False
+    return name not in (_DATA_IGNORED | _DATA_ROW if section == "data" else _MODEL_IGNORED)
 
 
 def protocol_of(config: Mapping[str, Any] | None, record: Mapping[str, Any]) -> Protocol:
     """How the run was trained, from its LightningCLI ``config`` (every model and data argument but the seeds, the
-    speed-only ones and a newer data setting at what older runs did, and the Trainer's length, precision, clipping and
+    speed-only ones and a newer setting at what older runs did, and the Trainer's length, precision, clipping and
     validation), or, without a config, from the scalar ``hparams`` and ``data`` of its ``record``. The sampling
     callback is not part of it (it is the row)."""
     settings: dict[str, str] = {}
     if config:
         model, data, trainer = (config.get(section) or {} for section in ("model", "data", "trainer"))
-        items = [(f"model.{k}", v) for k, v in _arguments(model).items() if k not in _MODEL_IGNORED]
-        items += [(f"data.{k}", v) for k, v in _arguments(data).items() if _in_protocol(k, v)]
+        items = [(f"model.{k}", v) for k, v in _arguments(model).items()]
+        items += [(f"data.{k}", v) for k, v in _arguments(data).items()]
+        items = [(k, v) for k, v in items if _in_protocol(k, v)]
         if isinstance(trainer, Mapping):
             items += [(f"trainer.{k}", trainer[k]) for k in _TRAINER_KEPT if k in trainer]
     else:
         items = [(f"model.{k}", v) for k, v in (record.get("hparams") or {}).items() if not k.startswith("_")]
-        items += [(f"data.{k}", v) for k, v in (record.get("data") or {}).items() if _in_protocol(k, v)]
-        items = [(k, v) for k, v in items if k.split(".", 1)[1] not in _MODEL_IGNORED]
+        items += [(f"data.{k}", v) for k, v in (record.get("data") or {}).items()]
+        items = [(k, v) for k, v in items if _in_protocol(k, v)]
     for key, value in items:
         settings.update(_settings(key, value))
     return tuple(sorted(settings.items()))

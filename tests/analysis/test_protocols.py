@@ -172,6 +172,18 @@ def test_a_scarce_training_split_is_another_column_named_by_its_size(tmp_path: P
     assert [table.cells[table.rows[0], column].seeds for column in table.columns] == [1, 2]
 
 
+def test_model_settings_added_later_at_their_default_keep_older_runs_in_the_protocol() -> None:
+    """A run recorded before ``backbone_weights`` and ``drop_head`` existed was trained as one at their default
+    (``None``): one protocol; a value of either is another."""
+    old = config(0)
+    new = config(0)
+    new["model"]["init_args"] |= {"backbone_weights": None, "drop_head": None}
+    assert protocol_of(new, {}) == protocol_of(old, {})
+    new["model"]["init_args"]["drop_head"] = "head"
+    assert protocol_of(new, {}) != protocol_of(old, {})
+    assert protocol_of(None, {"hparams": {"backbone_weights": None}, "data": {"ways": 5}}) == (("data.ways", "5"),)
+
+
 def test_a_task_sampler_is_a_row_not_a_column(tmp_path: Path) -> None:
     """The classes a task sampler chooses make a scheme of their own (a row), on the benchmark's column: a plain run
     whose config says ``task_sampler: null`` and one recorded before the option existed are one protocol."""
