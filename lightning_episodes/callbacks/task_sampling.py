@@ -139,7 +139,10 @@ def _check_class_features(sampler: TaskSampler, module: pl.LightningModule, ways
     if not isinstance(module, EpisodicModule):
         raise ValueError(f"data.task_sampler={sampler!r} reads the class features of an EpisodicModule's backbone")
     if sampler.class_features_from is not None:
-        check_reference(sampler.class_features_from, ways)
+        try:
+            check_reference(sampler.class_features_from, ways)
+        except (FileNotFoundError, ValueError) as error:  # name the option it came from
+            raise type(error)(f"data.task_sampler.{error}") from None
         return
     dimensions = module.feature_size()
     if dimensions < ways:
