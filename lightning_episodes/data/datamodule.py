@@ -200,8 +200,7 @@ class EpisodicDataModule(pl.LightningDataModule):
         if self.task_sampler is not None:
             train_classes = self.samplers["train"].classes
             #: global class id -> its position in the training split (the task sampler's index), -1 elsewhere
-            self._split_positions = torch.full((int(train_classes.max()) + 1,), -1, dtype=torch.long)
-            self._split_positions[train_classes] = torch.arange(len(train_classes))
+            self._split_positions = _positions(train_classes)
             self.task_sampler.bind(len(train_classes), self.ways, self.episodes_per_batch)
             if self.task_sampler.needs_class_features:
                 self._check_images_per_class(self.task_sampler.images_per_class)
@@ -249,9 +248,7 @@ class EpisodicDataModule(pl.LightningDataModule):
         self._check_images_per_class(count)
         classes = self.samplers["train"].classes
         rows = keep_per_class(self.data.labels, classes.tolist(), count, self.seed, "images_per_class")
-        positions = torch.full((int(classes.max()) + 1,), -1, dtype=torch.long)
-        positions[classes] = torch.arange(len(classes))
-        rows = rows[torch.argsort(positions[self.data.labels[rows]], stable=True)].view(len(classes), count)
+        rows = rows[torch.argsort(_positions(classes)[self.data.labels[rows]], stable=True)].view(len(classes), count)
         images = self.assembler.images[rows.to(self.assembler.images.device)].to(device)
         scale, shift = self.assembler.scale.to(device, dtype), self.assembler.shift.to(device, dtype)
         return images.to(dtype).mul_(scale).add_(shift)
@@ -468,3 +465,10 @@ class EpisodicDataModule(pl.LightningDataModule):
                 self.assembler.to(device)  # device_cache: the uint8 store moves to the accelerator once
             batch = self.assembler.gather(batch)
         return self.assembler.normalize(batch, augment=augment, dtype=dtype)
+
+
+def _positions(classes: torch.Tensor) -> torch.Tensor:
+    """Global class id -> its position in ``classes`` (-1 for the ids not in it)."""
+    positions = torch.full((int(classes.max()) + 1,), -1, dtype=torch.long)
+    positions[classes] = torch.arange(len(classes))
+    return positions

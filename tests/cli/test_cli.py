@@ -25,17 +25,23 @@ def _config(tmp_path: Path) -> Path:
     return path
 
 
+#: Data sizes that make a fit take seconds on the tiny registered dataset (tests/conftest.py).
+TINY_DATA = [
+    "--data.dataset=tiny",
+    "--data.image_size=16",
+    "--data.shots=2",
+    "--data.queries=3",
+    "--data.episodes_per_batch=4",
+    "--data.val_episodes=12",
+    "--data.test_episodes=12",
+]
+
+
 def _args(tmp_path: Path, *extra: str) -> list[str]:
     return [
         "--config",
         str(_config(tmp_path)),
-        "--data.dataset=tiny",
-        "--data.image_size=16",
-        "--data.shots=2",
-        "--data.queries=3",
-        "--data.episodes_per_batch=4",
-        "--data.val_episodes=12",
-        "--data.test_episodes=12",
+        *TINY_DATA,
         "--trainer.max_steps=4",
         "--trainer.val_check_interval=2",
         "--trainer.enable_progress_bar=false",

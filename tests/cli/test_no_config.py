@@ -9,16 +9,11 @@ import pytest
 from jsonargparse import Namespace
 
 from lightning_episodes.cli import main, no_config_defaults
+from tests.cli.test_cli import TINY_DATA
 
 #: Sizes that make a fit take seconds on the tiny registered dataset (tests/conftest.py).
 TINY = [
-    "--data.dataset=tiny",
-    "--data.image_size=16",
-    "--data.shots=2",
-    "--data.queries=3",
-    "--data.episodes_per_batch=4",
-    "--data.val_episodes=12",
-    "--data.test_episodes=12",
+    *TINY_DATA,
     "--trainer.max_steps=2",
     "--trainer.val_check_interval=2",
     "--trainer.check_val_every_n_epoch=null",
