@@ -369,20 +369,29 @@ def mixed_versions(results: Iterable[RunResult]) -> str | None:
 
 
 def distinguish_protocols(results: Iterable[RunResult]) -> list[RunResult]:
-    """``results`` with each column's ``setting`` naming what sets its run's training protocol apart, wherever runs
-    of one benchmark were trained under different protocols (a learning-rate schedule, steps, backbone width, ...):
-    those are different columns, never seeds of one cell. Idempotent."""
+    """``results`` with each column's ``setting`` naming what sets its run's training protocol apart, wherever one
+    algorithm was trained on one benchmark under different protocols (a learning-rate schedule, steps, backbone
+    width, ...): those are different columns, never seeds of one cell. A setting that is constant within each
+    algorithm is that algorithm's recipe (MAML's adaptation steps, ProtoNet's distance, each one's steps), not a
+    column: the algorithms of a benchmark share its column. Idempotent."""
     results = list(results)
-    groups: dict[Column, list[Protocol]] = defaultdict(list)
+    groups: dict[Column, dict[str, list[Protocol]]] = defaultdict(lambda: defaultdict(list))
     for result in results:
-        protocols = groups[replace(result.column, setting="")]
+        protocols = groups[replace(result.column, setting="")][result.row.algorithm]
         if result.protocol not in protocols:
             protocols.append(result.protocol)
-    settings = {
-        (column, protocol): setting
-        for column, protocols in groups.items()
-        for protocol, setting in zip(protocols, distinguishing_settings(protocols), strict=True)
-    }
+    settings: dict[tuple[Column, Protocol], str] = {}
+    for column, by_algorithm in groups.items():
+        varying = {  # the settings in which some algorithm's protocols differ (a missing setting counts)
+            key
+            for protocols in by_algorithm.values()
+            for key in {key for protocol in protocols for key, _ in protocol}
+            if len({dict(protocol).get(key) for protocol in protocols}) > 1
+        }
+        reduced = {p: tuple(kv for kv in p if kv[0] in varying) for ps in by_algorithm.values() for p in ps}
+        distinct = list(dict.fromkeys(reduced.values()))
+        labels = dict(zip(distinct, distinguishing_settings(distinct), strict=True))
+        settings.update({(column, protocol): labels[short] for protocol, short in reduced.items()})
     distinguished = []
     for result in results:
         setting = settings[replace(result.column, setting=""), result.protocol]
@@ -500,10 +509,10 @@ def runs_markdown(results: Iterable[RunResult]) -> str:
     if not runs:
         return ""
     lines = [
-        "| Benchmark | Sampling | Seed | Test acc. (%) | Best val. acc. (%) | Best step | Last val. acc. (%) "
-        "| Last step | Converged |"
+        "| Benchmark | Algorithm | Sampling | Seed | Test acc. (%) | Best val. acc. (%) | Best step | "
+        "Last val. acc. (%) | Last step | Converged |"
     ]
-    lines.append("|---|---|---:|---:|---:|---:|---:|---:|---|")
+    lines.append("|---|---|---|---:|---:|---:|---:|---:|---:|---|")
     for run in runs:
         assert run.best_validation is not None  # runs without a curve are left out above
         best_step, best = run.best_validation
@@ -511,8 +520,9 @@ def runs_markdown(results: Iterable[RunResult]) -> str:
         seed = "" if run.seed is None else run.seed[0]
         converged = "yes" if run.converged else "no"
         lines.append(
-            f"| {run.column.label} | {run.row.scheme} | {seed} | {100 * run.accuracy:.2f} ± {100 * run.ci95:.2f} | "
-            f"{100 * best:.2f} | {best_step} | {100 * last:.2f} | {last_step} | {converged} |"
+            f"| {run.column.label} | {run.row.algorithm} | {run.row.scheme} | {seed} | "
+            f"{100 * run.accuracy:.2f} ± {100 * run.ci95:.2f} | {100 * best:.2f} | {best_step} | "
+            f"{100 * last:.2f} | {last_step} | {converged} |"
         )
     return "\n".join(lines) + (
         "\n\nConverged: the best validation came before the last (the run stopped after its peak). How far the last"

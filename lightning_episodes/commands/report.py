@@ -27,9 +27,9 @@ from lightning_episodes.evaluation.record import RESULTS_FILE
 
 DESCRIPTION = """\
 Results tables in the paper's format from test runs: every test_results.json under the given folders, one
-row per algorithm and sampling scheme, one column per benchmark (runs of one benchmark trained differently
-are columns of their own, named by what differs: [lr_scheduler=cosine]), seeds combined; then a line per
-run with its best validation step.
+row per algorithm and sampling scheme, one column per benchmark (where one algorithm was trained on a
+benchmark in several ways, each way is a column named by what differs: [lr_scheduler=cosine]), seeds
+combined; then a line per run with its best validation step.
 
 example:
   lightning-episodes report runs/study --markdown table.md --plot study.png

@@ -4,14 +4,25 @@ backbone's width, the number of steps), and `compare` refuses to pair them; seed
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from hypothesis import given
+from hypothesis import strategies as st
 
 from lightning_episodes.analysis.protocols import class_word, distinguishing_settings, protocol_of
-from lightning_episodes.analysis.report import build_table, distinguish_protocols, read_result, runs_markdown
+from lightning_episodes.analysis.report import (
+    Column,
+    Row,
+    RunResult,
+    build_table,
+    distinguish_protocols,
+    read_result,
+    runs_markdown,
+)
 
 STEP = {"class_path": "torch.optim.lr_scheduler.StepLR", "init_args": {"step_size": 1000, "gamma": 0.5}}
 
@@ -28,11 +39,12 @@ def config(seed: int, lr_scheduler: dict[str, Any] | None = None, hidden: int = 
     }
 
 
-def write(folder: Path, accuracy: float, cfg: dict[str, Any]) -> Path:
+def write(folder: Path, accuracy: float, cfg: dict[str, Any], algorithm: str = "ProtoNet") -> Path:
     folder.mkdir(parents=True)
     data = cfg["data"]["init_args"]
-    record = {"algorithm": "ProtoNet", "accuracy": accuracy, "ci95": 0.01, "episodes": 1000,
-              "hparams": {"backbone": "conv4", "distance": "euclidean"}, "seed": cfg["seed_everything"],
+    hparams = {"backbone": "conv4"} | ({"distance": "euclidean"} if algorithm == "ProtoNet" else {})
+    record = {"algorithm": algorithm, "accuracy": accuracy, "ci95": 0.01, "episodes": 1000,
+              "hparams": hparams, "seed": cfg["seed_everything"],
               "data": {k: data[k] for k in ("dataset", "ways", "shots", "seed")}}  # fmt: skip
     (folder / "test_results.json").write_text(json.dumps(record))
     (folder / "config.yaml").write_text(yaml.safe_dump(cfg))
@@ -198,3 +210,70 @@ def test_a_task_sampler_is_a_row_not_a_column(tmp_path: Path) -> None:
     table = build_table([read_result(plain), read_result(mined)])
     assert len(table.columns) == 1
     assert [row.scheme for row in table.rows] == ["baseline", "baseline (task_sampler=HardTaskMining())"]
+
+
+def maml(seed: int, lr_scheduler: dict[str, Any] | None = None) -> dict[str, Any]:
+    """MAML's recipe: model settings ProtoNet lacks, and twice the steps."""
+    cfg = config(seed, lr_scheduler)
+    cfg["model"]["class_path"] = "lightning_episodes.algorithms.MAML"
+    cfg["model"]["init_args"] |= {"adaptation_steps": 5, "first_order": False, "eval_batch_norm": "episode"}
+    cfg["trainer"]["max_steps"] = 6000
+    return cfg
+
+
+def test_algorithms_with_their_own_recipes_share_the_benchmarks_column(tmp_path: Path) -> None:
+    """The paper's table: algorithms are rows of one benchmark column although each has settings of its own (MAML's
+    adaptation steps, its steps); only where one algorithm ran under several protocols do the columns split, by the
+    settings that differ within it, and the other algorithm's runs sit in the column of their own value."""
+    results = [
+        read_result(write(tmp_path / "protonet" / "seed0", 0.55, config(0))),
+        read_result(write(tmp_path / "protonet" / "seed1", 0.57, config(1))),
+        read_result(write(tmp_path / "maml" / "seed0", 0.50, maml(0), algorithm="MAML")),
+    ]
+    table = build_table(results)
+    assert [column.label for column in table.columns] == ["Glyphs-100, Conv-4, 5-way 1-shot"]
+    assert [(row.algorithm, table.cells[row, table.columns[0]].seeds) for row in table.rows] == [
+        ("ProtoNet (Euclidean)", 2),
+        ("MAML", 1),
+    ]
+    results.append(read_result(write(tmp_path / "protonet_step" / "seed0", 0.45, config(0, STEP))))
+    table = build_table(results)
+    none, step = (f"Glyphs-100, Conv-4, 5-way 1-shot [lr_scheduler={word}]" for word in ("none", "step"))
+    assert [column.label for column in table.columns] == [none, step]
+    placed = {(row.algorithm, column.label): cell.seeds for (row, column), cell in table.cells.items()}
+    assert placed == {("ProtoNet (Euclidean)", none): 2, ("ProtoNet (Euclidean)", step): 1, ("MAML", none): 1}
+    runs = runs_markdown([replace(r, validation=((100, 0.4), (200, 0.5))) for r in results])
+    assert "| Glyphs-100, Conv-4, 5-way 1-shot [lr_scheduler=none] | MAML | baseline | 0 |" in runs
+
+
+SETTINGS = st.fixed_dictionaries(
+    {
+        "trainer.max_steps": st.sampled_from(["2000", "3000"]),
+        "model.lr_scheduler": st.sampled_from(["none", "StepLR()"]),
+    }
+)
+
+
+@given(st.lists(st.tuples(st.sampled_from(["ProtoNet", "MAML"]), SETTINGS, st.booleans()), min_size=1, max_size=8))
+def test_a_column_never_holds_two_protocols_of_one_algorithm(runs: list[tuple[str, dict[str, str], bool]]) -> None:
+    """Whatever the runs, two of one algorithm in one column were trained alike (a cell pools seeds, never
+    protocols), and runs trained alike share a column."""
+    results = []
+    for i, (algorithm, settings, extra) in enumerate(runs):
+        protocol = dict(settings) | ({"model.adaptation_steps": "5"} if algorithm == "MAML" and extra else {})
+        results.append(
+            RunResult(
+                path=Path(f"run{i}"),
+                row=Row(algorithm, "baseline"),
+                column=Column("glyphs-100", "conv4", 5, 1),
+                accuracy=0.5,
+                ci95=0.01,
+                episodes=100,
+                protocol=tuple(sorted(protocol.items())),
+            )  # fmt: skip
+        )
+    placed = distinguish_protocols(results)
+    for a in placed:
+        for b in placed:
+            if a.row.algorithm == b.row.algorithm:
+                assert (a.column == b.column) == (a.protocol == b.protocol)

@@ -82,7 +82,7 @@ def test_best_step_and_convergence_by_hand(tmp_path: Path, capsys: pytest.Captur
     assert main([str(tmp_path), "--plot", str(plot)]) == 0
     printed = capsys.readouterr().out
     lines = [line for line in printed.splitlines() if line.startswith("| Mini-ImageNet")]
-    benchmark = "| Mini-ImageNet, Conv-4, 5-way 1-shot | uniform (online)"
+    benchmark = "| Mini-ImageNet, Conv-4, 5-way 1-shot | ProtoNet (Euclidean) | uniform (online)"
     assert lines == [  # best and last validation with their steps: a falls 2 points after its peak, c 1
         f"{benchmark} | 0 | 45.00 ± 1.00 | 47.00 | 600 | 45.00 | 900 | yes |",
         f"{benchmark} | 1 | 45.00 ± 1.00 | 46.00 | 900 | 46.00 | 900 | no |",
