@@ -19,7 +19,7 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
@@ -166,28 +166,45 @@ def _record_or_error(run_dir: Path) -> Path | FileNotFoundError:
         return error
 
 
+#: ``--seeds tested``: each row over the seeds where both of its arms have a test record
+TESTED = "tested"
+
+
+class Untested(FileNotFoundError):
+    """With ``--seeds tested``: no seed of a scenario has both arms tested (its row is left out, said on stderr)."""
+
+
 def compare_scenario(
     scenario: Path,
     baseline: str,
     treatment: str,
     count: int | None = None,
     device: str | torch.device = "cpu",
-    seeds: Sequence[int] | None = None,
+    seeds: Sequence[int] | Literal["tested"] | None = None,
 ) -> tuple[RunResult, list[str]]:
     """One row of :func:`main`'s table: the scenario's first run (its benchmark and training protocol, which label
-    the row) and the row's other entries (both arms and their paired difference, over every ``seed<N>`` folder or
-    those of ``seeds``).
+    the row) and the row's other entries (both arms and their paired difference, over every ``seed<N>`` folder,
+    those of ``seeds``, or with ``seeds="tested"`` those where both arms have a test record).
 
     Raises:
         FileNotFoundError: naming a missing seed or run folder, test record or checkpoint.
+        Untested: with ``"tested"``, when no seed has both arms tested.
         ValueError: if the runs test different scenarios or episodes, or a treatment run never weighted.
     """
-    folders = _seed_folders(scenario, seeds)
+    folders = _seed_folders(scenario, None if isinstance(seeds, str) else seeds)
     found = {arm: [_record_or_error(seed / arm) for seed in folders] for arm in (baseline, treatment)}
-    complete = ",".join(  # a campaign part-way through: say which seeds can be compared
-        seed.name[4:] for i, seed in enumerate(folders) if all(isinstance(found[arm][i], Path) for arm in found)
+    tested = [i for i in range(len(folders)) if all(isinstance(found[arm][i], Path) for arm in found)]
+    if seeds == TESTED:
+        if not tested:
+            raise Untested(f"{scenario}: no seed<N> folder holds both {baseline} and {treatment} tested")
+        folders = [folders[i] for i in tested]
+        found = {arm: [records[i] for i in tested] for arm, records in found.items()}
+    complete = ",".join(folders[i].name[4:] for i in tested)  # a campaign part-way through: say which can be compared
+    hint = (
+        f" (the seeds with both arms tested: --seeds [{complete}], or --seeds tested)"
+        if complete and seeds is None
+        else ""
     )
-    hint = f" (the seeds with both arms tested: --seeds [{complete}])" if complete and seeds is None else ""
     arms: dict[str, tuple[list[DifficultyTable], list[RunResult]]] = {}
     for arm, records in found.items():
         scored = []
@@ -240,13 +257,16 @@ def _pvalue(p: float) -> str:
 
 
 DESCRIPTION = """\
-Paired per-episode test-accuracy difference of two sampling schemes, per scenario: each scenario folder
-holds seed<N>/<scheme>/ runs (as scripts/run_scenario.py lays them out); one Markdown row per scenario with
-each arm's accuracy over seeds and the paired difference with its interval and p-value.
+Paired per-episode test-accuracy difference of sampling schemes against a baseline, per scenario: each
+scenario folder holds seed<N>/<scheme>/ runs (as scripts/run_scenario.py lays them out); one Markdown row
+per scenario and treatment with each arm's accuracy over seeds and the paired difference with its interval
+and p-value, over test episodes and over seed pairs.
 
-example:
+examples:
   lightning-episodes compare runs/study/glyphs_5w1s__protonet_euclidean_conv4 \\
       --baseline baseline_online --treatment uniform_online --markdown compare.md
+  lightning-episodes compare runs/scarce/glyphs_100_5w5s__protonet_cosine_conv4 --seeds tested \\
+      --treatment uniform_online uniform_resample baseline_online__hard_task_mining
 """
 
 
@@ -255,10 +275,16 @@ def parser() -> Any:
     parser = command_parser("compare", DESCRIPTION)
     parser.add_argument("scenarios", nargs="+", type=Path, help="scenario folders of scripts/run_scenario.py")
     parser.add_argument("--baseline", type=str, default="baseline_online", help="run folder of the baseline arm")
-    parser.add_argument("--treatment", type=str, default="uniform_online", help="run folder of the treatment arm")
+    parser.add_argument(
+        "--treatment", type=str, nargs="+", default=["uniform_online"], help="run folders of the treatment arms"
+    )
     parser.add_argument("--episodes", type=int | None, default=None, help="test episodes (default: each run's own)")
     parser.add_argument(
-        "--seeds", type=list[int] | None, default=None, help="only these seed<N> folders, e.g. [0,1] (default: all)"
+        "--seeds",
+        type=list[int] | Literal["tested"] | None,
+        default=None,
+        help="only these seed<N> folders, e.g. [0,1]; 'tested': each row over the seeds where both of its arms were "
+        "tested (default: every seed folder, each arm required in each)",
     )
     parser.add_argument("--markdown", type=Path | None, default=None, help="also write the Markdown table here")
     add_device_argument(parser)
@@ -266,15 +292,15 @@ def parser() -> Any:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``lightning-episodes compare SCENARIO_DIR... [--baseline NAME] [--treatment NAME] [--episodes N]
-    [--seeds N...] [--markdown PATH] [--device DEVICE]``.
+    """``lightning-episodes compare SCENARIO_DIR... [--baseline NAME] [--treatment NAME...] [--episodes N]
+    [--seeds N...|tested] [--markdown PATH] [--device DEVICE]``.
 
     For each scenario folder (``<scenario>/seed<N>/<scheme>_<proposal>/``, as ``scripts/run_scenario.py`` lays it
     out), reads each seed's per-episode test scores of both arms (``test_episodes.csv`` beside its
     ``test_results.json``, written by the test; for runs tested without one, the best checkpoint is scored on the
-    test episodes and the table cached there) and prints one Markdown row per scenario: each arm's accuracy over
-    seeds and the paired difference (treatment − baseline) with its interval, p-value, per-seed differences and the
-    interval over seed pairs.
+    test episodes and the table cached there) and prints one Markdown row per scenario and treatment: each arm's
+    accuracy over seeds and the paired difference (treatment − baseline) with its interval, p-value, per-seed
+    differences and the interval over seed pairs.
 
     Returns:
         0, or 2 (with the reason on stderr, a usage error as every command's) when a seed folder, run, test record or
@@ -282,28 +308,43 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     Raises:
         argparse.ArgumentError: for an unknown option or a value of the wrong type.
-        ValueError: for a non-positive ``--episodes`` or an unknown ``--device``.
+        ValueError: for a non-positive ``--episodes``, a treatment that is the baseline or an unknown ``--device``.
     """
     args = parser().parse_args(arguments(argv))
     check_positive("--episodes", args.episodes)
+    treatments = list(dict.fromkeys(args.treatment))
+    if args.baseline in treatments:
+        raise ValueError(f"--treatment {args.baseline} is the baseline (--baseline {args.baseline}): name another arm")
     device = resolve_device(args.device)
     probe_output(args.markdown, "--markdown")
+    several = len(treatments) > 1  # a column names each row's treatment
+    arm_columns = f"Treatment | {args.baseline} | treatment" if several else f"{args.baseline} | {treatments[0]}"
     lines = [
-        f"| Scenario | Algorithm | {args.baseline} | {args.treatment} | Paired difference (pp) | p | "
+        f"| Scenario | Algorithm | {arm_columns} | Paired difference (pp) | p | "
         "Per-seed differences (pp) | Across seeds (pp) | Episodes |",
-        "|---|---|---:|---:|---:|---:|---|---:|---:|",
+        "|---|---|" + ("---|" if several else "") + "---:|---:|---:|---:|---|---:|---:|",
     ]
+    rows = []
     try:
-        rows = [
-            compare_scenario(scenario, args.baseline, args.treatment, args.episodes, device, args.seeds)
-            for scenario in args.scenarios
-        ]
+        for scenario in args.scenarios:
+            for treatment in treatments:
+                try:
+                    first, entries = compare_scenario(
+                        scenario, args.baseline, treatment, args.episodes, device, args.seeds
+                    )
+                except Untested as untested:  # --seeds tested: a row only where both arms were tested
+                    print(f"[compare] no row: {untested}", file=sys.stderr)
+                    continue
+                rows.append((treatment, first, entries))
+        if not rows:
+            raise FileNotFoundError(f"no scenario holds {args.baseline} and {' or '.join(treatments)} tested")
     except (FileNotFoundError, ValueError) as error:
         print(f"lightning-episodes compare: error: {error}", file=sys.stderr)
         return 2
     # scenarios of one benchmark trained under different protocols are told apart as report's columns are
-    for labelled, (_, entries) in zip(distinguish_protocols(first for first, _ in rows), rows, strict=True):
-        lines.append("| " + " | ".join([labelled.column.label, *entries]) + " |")
+    for labelled, (treatment, _, entries) in zip(distinguish_protocols(row[1] for row in rows), rows, strict=True):
+        named = [entries[0], treatment, *entries[1:]] if several else entries
+        lines.append("| " + " | ".join([labelled.column.label, *named]) + " |")
     markdown = "\n".join(lines) + "\n\n" + LEGEND + "\n"
     print(markdown, end="")
     if args.markdown is not None:

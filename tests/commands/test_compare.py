@@ -175,16 +175,51 @@ def test_compare_names_the_seeds_that_have_both_arms(
     partial = shutil.copytree(scenario, tmp_path / scenario.name)  # a campaign whose seed 1 is still training
     shutil.rmtree(partial / "seed1" / "uniform_online")
     assert run_tool(["compare", str(partial)]) == 2
-    expected = (
-        f"missing run folder {partial / 'seed1' / 'uniform_online'} (the seeds with both arms tested: --seeds [0])"
-    )
+    hint = "(the seeds with both arms tested: --seeds [0], or --seeds tested)"
+    expected = f"missing run folder {partial / 'seed1' / 'uniform_online'} {hint}"
     assert expected in capsys.readouterr().err
     for record in (partial / "seed1" / "baseline_online").rglob(RESULTS_FILE):  # begun, not yet tested
         record.unlink()
     assert run_tool(["compare", str(partial)]) == 2
-    assert "(the seeds with both arms tested: --seeds [0])" in capsys.readouterr().err
+    assert hint in capsys.readouterr().err
     assert run_tool(["compare", str(partial), "--seeds", "[0]"]) == 0
     assert _row(capsys.readouterr().out)[6].startswith("seed0 ")
+
+
+@pytest.mark.slow
+def test_compare_puts_several_treatments_beside_one_baseline_over_their_tested_seeds(
+    scenario: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A sampling study's table: one row per treatment, each over the seeds where it and the baseline were tested
+    (``--seeds tested``); a scenario without the arm gets no row, said on stderr."""
+    study = shutil.copytree(scenario, tmp_path / scenario.name)
+    shutil.copytree(study / "seed0" / "uniform_online", study / "seed0" / "another_arm")  # tested at seed 0 only
+    other = shutil.copytree(scenario, tmp_path / "other" / scenario.name)  # a cell without the new arm
+    arms = ["uniform_online", "another_arm"]
+    assert run_tool(["compare", str(study), "--treatment", *arms]) == 2  # every seed folder, each required
+    assert "--seeds [0], or --seeds tested)" in capsys.readouterr().err
+    assert run_tool(["compare", str(study), str(other), "--seeds", "tested", "--treatment", *arms]) == 0
+    out, err = capsys.readouterr()
+    assert f"[compare] no row: {other}: no seed<N> folder holds both baseline_online and another_arm tested" in err
+    assert "| Scenario | Algorithm | Treatment | baseline_online | treatment |" in out
+    rows = [[e.strip() for e in line.strip("|").split("|")] for line in out.splitlines() if line.startswith("| tiny")]
+    assert [row[2] for row in rows] == ["uniform_online", "another_arm", "uniform_online"]
+    tables = {(arm, s): DifficultyTable.read(next((scenario / f"seed{s}" / arm).rglob(SCORES_FILE)))
+              for arm in ("baseline_online", "uniform_online") for s in (0, 1)}  # fmt: skip
+    both = paired_difference(
+        [tables["baseline_online", s] for s in (0, 1)], [tables["uniform_online", s] for s in (0, 1)]
+    )
+    seed0 = paired_difference([tables["baseline_online", 0]], [tables["uniform_online", 0]])
+    assert rows[0][5] == rows[2][5] == f"{100 * both.mean:+.2f} ± {100 * both.ci95:.2f}"
+    assert rows[1][5] == f"{100 * seed0.mean:+.2f} ± {100 * seed0.ci95:.2f}"  # the arm's one seed pair
+    assert (rows[1][7], rows[1][8]) == (f"seed0 {100 * seed0.mean:+.2f}", "–")
+    assert run_tool(["compare", str(other), "--seeds", "tested", "--treatment", "another_arm"]) == 2
+    assert "error: no scenario holds baseline_online and another_arm tested" in capsys.readouterr().err
+
+
+def test_compare_refuses_the_baseline_as_a_treatment(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert entry(["compare", str(tmp_path), "--treatment", "uniform_online", "baseline_online"]) == 2
+    assert "--treatment baseline_online is the baseline (--baseline baseline_online)" in capsys.readouterr().err
 
 
 @pytest.mark.slow
