@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import textwrap
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 from matplotlib.axes import Axes
@@ -21,7 +22,7 @@ from scipy import stats
 from lightning_episodes.analysis._arrays import ArrayLike, as_indices, as_matrix, as_vector
 from lightning_episodes.analysis.correlation import paired_vectors, rank_correlation
 from lightning_episodes.analysis.normality import fit_normal
-from lightning_episodes.analysis.report import ResultsTable, RunResult, distinguish_protocols
+from lightning_episodes.analysis.report import ResultsTable, Row, RunResult, distinguish_protocols
 
 EASY_COLOR = "tab:blue"
 HARD_COLOR = "tab:red"
@@ -225,9 +226,9 @@ def _arm_label(scheme: str, seeds: int) -> str:
 
 
 def plot_study(table: ResultsTable, runs: Sequence[RunResult]) -> Figure:
-    """A study at a glance: per benchmark (a column of ``table``), each arm's test accuracy with its 95% interval
-    (top) and each run's validation curve, coloured by arm, with its best step marked (bottom). At most
-    ``COLUMNS_PER_ROW`` benchmarks side by side; the others below them, in the table's order.
+    """A study at a glance: per scenario (an algorithm in a column of ``table``: a benchmark), each arm's test
+    accuracy with its 95% interval (top) and each run's validation curve, coloured by arm, with its best step marked
+    (bottom). At most ``COLUMNS_PER_ROW`` scenarios side by side; the others below them, in the table's order.
 
     Args:
         table: the results table of the runs (:func:`~lightning_episodes.analysis.report.build_table`).
@@ -236,38 +237,50 @@ def plot_study(table: ResultsTable, runs: Sequence[RunResult]) -> Figure:
     Returns:
         The figure (pyplot-free; ``figure.savefig(path)`` renders it).
     """
-    columns, runs = table.columns, distinguish_protocols(runs)
-    arms = {column: [row for row in table.rows if (row, column) in table.cells] for column in columns}
+    runs = distinguish_protocols(runs)
+    algorithms = list(dict.fromkeys(row.algorithm for row in table.rows))
+    arms = {
+        (column, algorithm): [row for row in table.rows if row.algorithm == algorithm and (row, column) in table.cells]
+        for column in table.columns
+        for algorithm in algorithms
+    }
+    scenarios = [scenario for scenario, present in arms.items() if present]
     width = max(5.0, ARM_WIDTH * max(map(len, arms.values()), default=1))
-    across = min(COLUMNS_PER_ROW, max(1, len(columns)))
-    down = max(1, math.ceil(len(columns) / across))
+    across = min(COLUMNS_PER_ROW, max(1, len(scenarios)))
+    down = max(1, math.ceil(len(scenarios) / across))
     figure = Figure(figsize=(width * across, 7.0 * down), layout="constrained")
     axes = figure.subplots(2 * down, across, squeeze=False)
-    # each benchmark's place: its accuracies over its curves, row by row
+    # each scenario's place: its accuracies over its curves, row by row
     places = [(axes[2 * r, c], axes[2 * r + 1, c]) for r in range(down) for c in range(across)]
-    for unused in places[max(1, len(columns)) :]:
+    for unused in places[max(1, len(scenarios)) :]:
         for ax in unused:
             ax.set_visible(False)
-    colours = {row: f"C{k}" for k, row in enumerate(table.rows)}
-    for column, (top, bottom) in zip(columns, places, strict=False):
-        present = arms[column]
+    colours = {row: f"C{k}" for k, row in enumerate(dict.fromkeys(replace(row, algorithm="") for row in table.rows))}
+    for (column, algorithm), (top, bottom) in zip(scenarios, places, strict=False):
+        present = arms[column, algorithm]
         for k, row in enumerate(present):
             cell = table.cells[row, column]
-            top.errorbar(k, 100 * cell.mean, yerr=100 * cell.ci95, fmt="o", capsize=4, color=colours[row])
+            top.errorbar(k, 100 * cell.mean, yerr=100 * cell.ci95, fmt="o", capsize=4, color=_colour(colours, row))
         top.set_xticks(range(len(present)), [_arm_label(row.scheme, table.cells[row, column].seeds) for row in present])
         top.tick_params(axis="x", labelsize=7)
         top.set_ylabel("test accuracy (%) ± 95% CI")
-        top.set_title("\n".join(textwrap.wrap(column.label, 60)), fontsize=9)
+        top.set_title("\n".join(textwrap.wrap(f"{algorithm}: {column.label}", 60)), fontsize=9)
         for run in runs:
             best = run.best_validation
-            if run.column != column or best is None:
+            if run.column != column or run.row.algorithm != algorithm or best is None:
                 continue
             steps, accuracies = zip(*run.validation, strict=True)
-            bottom.plot(steps, [100 * a for a in accuracies], color=colours.get(run.row, "k"), alpha=0.8, lw=1)
-            bottom.plot([best[0]], [100 * best[1]], "o", color=colours.get(run.row, "k"), ms=4)
+            colour = _colour(colours, run.row)
+            bottom.plot(steps, [100 * a for a in accuracies], color=colour, alpha=0.8, lw=1)
+            bottom.plot([best[0]], [100 * best[1]], "o", color=colour, ms=4)
         bottom.set_xlabel("step")
         bottom.set_ylabel("validation accuracy (%)")
-        handles = [Line2D([], [], color=colours[row], label=row.scheme) for row in present]
+        handles = [Line2D([], [], color=_colour(colours, row), label=row.scheme) for row in present]
         if handles:
             bottom.legend(handles=handles, fontsize=7)
     return figure
+
+
+def _colour(colours: dict[Row, str], row: Row) -> str:
+    """An arm's colour, the same in every scenario (``"k"`` for a run without a cell)."""
+    return colours.get(replace(row, algorithm=""), "k")

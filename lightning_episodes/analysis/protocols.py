@@ -26,7 +26,7 @@ _DATA_IGNORED = frozenset(
 #: so a run recorded before the setting existed and one at its default are one protocol
 _ADDED = {"data.train_images_per_class": None, "model.backbone_weights": None, "model.drop_head": None}
 #: data settings that make a row, not a column: the task sampler chooses the training episodes, as the weighting does
-#: (a report names it in the row: ``baseline (task_sampler=...)``)
+#: (a report names it in the row: ``baseline + HardTaskMining (...)``)
 _DATA_ROW = frozenset({"task_sampler"})
 #: model settings that change speed or memory, not the numbers (beyond rounding)
 _MODEL_IGNORED = frozenset({"channels_last", "compile_backbone", "cuda_graphs"})

@@ -103,7 +103,7 @@ Options = tuple[tuple[str, str], ...]
 #: the run): ``uniform (online, never_weighted=true)``, a row of its own.
 NEVER_WEIGHTED = "never_weighted"
 #: The option a row gains when its records' classes were chosen by a task sampler (``data.task_sampler``):
-#: ``baseline (task_sampler=HardTaskMining(...))``, a row of its own.
+#: ``baseline + HardTaskMining (buffer_size=50, ...)``, a row of its own.
 TASK_SAMPLER = "task_sampler"
 
 
@@ -125,12 +125,19 @@ class Row:
 
     @property
     def scheme(self) -> str:
-        """``baseline``, ``unknown``, or ``<target> (<estimate>[, <option>=<value>...])`` (a baseline with a task
-        sampler: ``baseline (task_sampler=...)``)."""
-        shown = [f"{k}={v}" for k, v in self.options]
+        """``baseline``, ``unknown``, or ``<target> (<estimate>[, <option>=<value>...])``, and ``+ <task sampler>``
+        when one chose the classes: ``baseline + HardTaskMining (buffer_size=50)``."""
+        shown = [f"{k}={v}" for k, v in self.options if k != TASK_SAMPLER]
         if self.estimate is None:
-            return f"{self.target} ({', '.join(shown)})" if shown else self.target
-        return f"{self.target} ({', '.join([self.estimate, *shown])})"
+            weighting = f"{self.target} ({', '.join(shown)})" if shown else self.target
+        else:
+            weighting = f"{self.target} ({', '.join([self.estimate, *shown])})"
+        sampler = dict(self.options).get(TASK_SAMPLER)
+        if sampler is None:
+            return weighting
+        name, _, arguments = sampler.partition("(")  # HardTaskMining(a=1) -> HardTaskMining (a=1)
+        arguments = arguments.removesuffix(")")
+        return f"{weighting} + {name}" + (f" ({arguments})" if arguments else "")
 
     def key(self) -> tuple[Any, ...]:
         # the baseline first, then each estimate's targets in the paper's order, plain options before others;

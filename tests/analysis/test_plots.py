@@ -215,9 +215,35 @@ def test_study_plot_puts_at_most_two_benchmarks_side_by_side(tmp_path: Path) -> 
     figure = plot_study(table, runs)
     assert figure.get_size_inches() == pytest.approx((2 * 5.0, 2 * 7.0))
     grid = [[figure.axes[2 * row + i] for i in range(2)] for row in range(4)]  # subplots' row-major order, 4 x 2
-    titles = [[ax.get_title() for ax in row] for row in grid]
-    labels = [column.label for column in table.columns]
+    titles = [[ax.get_title().replace("\n", " ") for ax in row] for row in grid]
+    labels = [f"ProtoNet (Euclidean): {column.label}" for column in table.columns]
     assert titles[0] == labels[:2]
     assert titles[2][0] == labels[2]
     assert [ax.get_ylabel() for ax in grid[3]][0] == "validation accuracy (%)"
     assert [ax.get_visible() for row in grid for ax in row] == [True] * 4 + [True, False, True, False]
+
+
+def test_study_plot_gives_each_algorithm_of_a_benchmark_its_own_panel(tmp_path: Path) -> None:
+    """Two algorithms share a benchmark's column in the table; the plot draws each apart (its arms, its curves), an
+    arm in the same colour in both."""
+    from lightning_episodes.analysis.plots import plot_study
+
+    curve = {"validation": [[250, 0.5], [500, 0.6]]}
+    for name, distance in (("ProtoNet", "cosine"), ("MAML", None)):
+        write_run(tmp_path / name / "base", 0.55, 0.01, [weighting("baseline")], name, distance, **curve)
+        write_run(tmp_path / name / "uniform", 0.58, 0.01, [weighting("uniform")], name, distance, **curve)
+    runs = load(tmp_path)
+    table = build_table(runs)
+    assert len(table.columns) == 1
+    figure = plot_study(table, runs)
+    tops, bottoms = figure.axes[:2], figure.axes[2:]
+    assert [ax.get_title().split(":")[0] for ax in tops] == ["ProtoNet (cosine)", "MAML"]
+    for top, bottom in zip(tops, bottoms, strict=True):
+        assert [tick.get_text() for tick in top.get_xticklabels()] == [
+            "baseline\n(1 seed)",
+            "uniform (online)\n(1 seed)",
+        ]
+        assert len(bottom.lines) == 4  # two runs: a curve and its best step each
+    colours = [[matplotlib.colors.to_hex(line.get_color()) for line in ax.lines[::2]] for ax in bottoms]
+    assert colours[0] == colours[1]
+    assert colours[0][0] != colours[0][1]

@@ -209,7 +209,7 @@ def test_a_task_sampler_is_a_row_not_a_column(tmp_path: Path) -> None:
     mined.write_text(json.dumps({**record, "data": {**record["data"], "task_sampler": "HardTaskMining()"}}))
     table = build_table([read_result(plain), read_result(mined)])
     assert len(table.columns) == 1
-    assert [row.scheme for row in table.rows] == ["baseline", "baseline (task_sampler=HardTaskMining())"]
+    assert [row.scheme for row in table.rows] == ["baseline", "baseline + HardTaskMining"]
 
 
 def maml(seed: int, lr_scheduler: dict[str, Any] | None = None) -> dict[str, Any]:

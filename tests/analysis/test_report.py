@@ -302,7 +302,10 @@ def test_a_task_samplers_runs_are_a_row_of_their_own(tmp_path: Path) -> None:
     write_run(tmp_path / "mining", 0.49, 0.01, sampling=sampling(target="baseline"), data=chosen)
     write_run(tmp_path / "both", 0.50, 0.01, sampling=sampling(target="uniform"), data=chosen)
     rows = [row.scheme for row in build_table(load(tmp_path)).rows]
-    assert rows == ["baseline", f"baseline (task_sampler={mining})", f"uniform (online, task_sampler={mining})"]
+    shown = "HardTaskMining (hard_fraction=0.5, buffer_size=50, warmup_steps=32)"
+    assert rows == ["baseline", f"baseline + {shown}", f"uniform (online) + {shown}"]
+    options = [read_result(path).row.options for path in sorted(tmp_path.rglob("test_results.json"))]
+    assert (("task_sampler", mining),) in options  # the CSV's options column keeps the record's text
 
 
 def test_a_class_path_backbone_is_named_by_its_class(tmp_path: Path) -> None:
