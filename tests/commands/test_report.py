@@ -110,4 +110,4 @@ def test_headers_and_plot_titles_name_what_differs_in_words(
     columns = [f"Mini-ImageNet, Conv-4, 5-way 1-shot [lr_scheduler={word}]" for word in ("cosine", "none")]
     assert printed.splitlines()[0] == f"| Algorithm | Sampling | {' | '.join(columns)} |"
     assert "CosineToZero" not in printed
-    assert [" ".join(title.split()) for title in titles if title] == columns
+    assert [" ".join(title.split()) for title in titles if title] == [f"ProtoNet (Euclidean): {c}" for c in columns]
