@@ -8,7 +8,7 @@ from typing import Any
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from lightning_episodes.models.base import EpisodicBackbone, check_positive
+from lightning_episodes.models.base import EpisodicBackbone, check_positive, no_layer_in_training
 from lightning_episodes.models.batchnorm import EpisodicBatchNorm2d
 from lightning_episodes.models.dropblock import DropBlock
 
@@ -160,6 +160,10 @@ class ResNet12(EpisodicBackbone):
         for module in self.modules():
             if isinstance(module, nn.Conv2d):
                 nn.init.kaiming_normal_(module.weight, mode="fan_out", nonlinearity="leaky_relu")
+
+    def embeds_episodes_apart(self) -> bool:
+        """True unless a batch norm, dropout or DropBlock trains."""
+        return no_layer_in_training(self, (EpisodicBatchNorm2d, DropBlock, ResidualBlock))
 
     def embed(self, images: Tensor, episodes: int) -> Tensor:
         x = images

@@ -132,3 +132,77 @@ def test_functional_call_matches_the_module() -> None:
     torch.testing.assert_close(out, twin(x), rtol=0, atol=0)
     out.sum().backward()
     assert all(p.grad is not None for p in params.values())
+
+
+class Batched:
+    """A backbone's :meth:`embed` calls, counted, with ``embeds_episodes_apart`` forced to ``False`` when
+    ``together`` (the batched path the library took before)."""
+
+    def __init__(self, backbone: nn.Module, monkeypatch: pytest.MonkeyPatch, together: bool = False) -> None:
+        self.calls: list[int] = []
+        embed = backbone.embed
+
+        def counted(images: torch.Tensor, episodes: int) -> torch.Tensor:
+            self.calls.append(episodes)
+            return embed(images, episodes)
+
+        monkeypatch.setattr(backbone, "embed", counted)
+        if together:
+            monkeypatch.setattr(backbone, "embeds_episodes_apart", lambda: False)
+
+
+def scoring_state(backbone: nn.Module) -> None:
+    """Training mode with the batch norms out of it, as resampling's scoring forward leaves a model."""
+    for module in backbone.modules():
+        if type(module).__name__ == "EpisodicBatchNorm2d":
+            module.training, module.eval_batch_norm = False, "episode"
+
+
+@pytest.mark.parametrize("name", BACKBONES)
+@pytest.mark.parametrize("state", ["running", "episode", "scoring"])
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_without_autograd_on_a_cpu_episodes_embed_one_at_a_time_to_the_same_bits(
+    name: str, state: str, channels_last: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Evaluation and scoring forwards (no autograd, CPU) embed episode by episode, which keeps one episode's
+    activations in the caches; the features are bit for bit those of the batched forward."""
+    torch.manual_seed(0)
+    backbone = BACKBONES[name]()
+    if state == "scoring":
+        backbone.train()
+        scoring_state(backbone)
+    else:
+        backbone.eval()
+        set_eval_batch_norm(backbone, state)  # type: ignore[arg-type]
+    backbone.channels_last = channels_last
+    together = copy.deepcopy(backbone)
+    apart, batched = Batched(backbone, monkeypatch), Batched(together, monkeypatch, together=True)
+    images = _images()
+    for context in (torch.no_grad, torch.inference_mode):
+        with context():
+            ours, theirs = backbone(images), together(images)
+        assert torch.equal(ours, theirs)
+    # ResNet-12's dropout and DropBlock layers train in the scoring state: they draw random numbers, so its episodes
+    # stay together there; Conv4 has none
+    # channels_last composes its per-episode batch norm from other kernels than one episode's fused one: together
+    one_at_a_time = (state != "scoring" or name == "conv4") and not channels_last
+    assert apart.calls == ([1] * EPISODES if one_at_a_time else [EPISODES]) * 2
+    assert batched.calls == [EPISODES] * 2
+
+
+@pytest.mark.parametrize("name", BACKBONES)
+def test_with_autograd_or_a_training_batch_norm_the_episodes_embed_together(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Training forwards are untouched: a batch's weight gradients would sum in another order one episode at a time,
+    and a training batch norm updates its running statistics once for the batch."""
+    backbone = BACKBONES[name]()
+    counted = Batched(backbone, monkeypatch)
+    images = _images()
+    backbone.eval()
+    backbone(images)  # autograd on
+    backbone.train()
+    with torch.no_grad():
+        backbone(images)  # batch norms training
+    backbone(images[0])  # one episode, 4-D
+    assert counted.calls == [EPISODES, EPISODES, 1]
