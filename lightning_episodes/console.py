@@ -58,7 +58,7 @@ TOOLS: dict[str, Tool] = {
     ),
     "compare": (
         "lightning_episodes.commands.compare",
-        "paired per-episode test-accuracy difference of two sampling schemes, per scenario",
+        "paired per-episode test-accuracy difference of sampling schemes against a baseline, per scenario",
     ),
     "configs": (
         "lightning_episodes.commands.configs",

@@ -3,7 +3,7 @@ command, each a jsonargparse parser and ``main(argv) -> int`` over the library's
 
 - :mod:`~lightning_episodes.commands.difficulty`: score fixed episodes with a checkpoint (a CSV row per episode);
 - :mod:`~lightning_episodes.commands.report`: the paper's results tables from ``test_results.json`` files;
-- :mod:`~lightning_episodes.commands.compare`: the paired per-episode difference of two sampling schemes;
+- :mod:`~lightning_episodes.commands.compare`: the paired per-episode difference of sampling schemes against a baseline;
 - :mod:`~lightning_episodes.commands.predict`: classify your own images with a checkpoint;
 - :mod:`~lightning_episodes.commands.configs`: the shipped configs (``--config`` takes their names), listed or copied.
 

@@ -1,5 +1,5 @@
-"""``lightning-episodes compare``: the paired per-episode test-accuracy difference of two sampling schemes, per
-scenario, on folders laid out by ``scripts/run_scenario.py``::
+"""``lightning-episodes compare``: the paired per-episode test-accuracy difference of sampling schemes against a
+baseline, per scenario, on folders laid out by ``scripts/run_scenario.py``::
 
     lightning-episodes compare runs/study/glyphs_5w1s__protonet_euclidean_conv4 \\
         runs/study/glyphs_5w5s__protonet_euclidean_conv4 --baseline baseline_online --treatment uniform_online
@@ -194,17 +194,18 @@ def compare_scenario(
     folders = _seed_folders(scenario, None if isinstance(seeds, str) else seeds)
     found = {arm: [_record_or_error(seed / arm) for seed in folders] for arm in (baseline, treatment)}
     tested = [i for i in range(len(folders)) if all(isinstance(found[arm][i], Path) for arm in found)]
-    if seeds == TESTED:
-        if not tested:
-            raise Untested(f"{scenario}: no seed<N> folder holds both {baseline} and {treatment} tested")
-        folders = [folders[i] for i in tested]
-        found = {arm: [records[i] for i in tested] for arm, records in found.items()}
-    complete = ",".join(folders[i].name[4:] for i in tested)  # a campaign part-way through: say which can be compared
+    # a campaign part-way through: say which seeds can be compared
+    complete = ",".join(folders[i].name[4:] for i in tested)
     hint = (
         f" (the seeds with both arms tested: --seeds [{complete}], or --seeds tested)"
         if complete and seeds is None
         else ""
     )
+    if seeds == TESTED:
+        if not tested:
+            raise Untested(f"{scenario}: no seed<N> folder holds both {baseline} and {treatment} tested")
+        folders = [folders[i] for i in tested]
+        found = {arm: [records[i] for i in tested] for arm, records in found.items()}
     arms: dict[str, tuple[list[DifficultyTable], list[RunResult]]] = {}
     for arm, records in found.items():
         scored = []

@@ -217,6 +217,21 @@ def test_compare_puts_several_treatments_beside_one_baseline_over_their_tested_s
     assert "error: no scenario holds baseline_online and another_arm tested" in capsys.readouterr().err
 
 
+@pytest.mark.slow
+def test_compare_tested_seeds_need_not_start_at_seed_0(
+    scenario: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An arm tested at seed 1 alone is paired at seed 1 (the seeds kept are not the first ones)."""
+    study = shutil.copytree(scenario, tmp_path / scenario.name)
+    shutil.rmtree(study / "seed0" / "uniform_online")
+    assert run_tool(["compare", str(study), "--seeds", "tested"]) == 0
+    row = _row(capsys.readouterr().out)
+    tables = [DifficultyTable.read(next((scenario / "seed1" / arm).rglob(SCORES_FILE)))
+              for arm in ("baseline_online", "uniform_online")]  # fmt: skip
+    seed1 = paired_difference([tables[0]], [tables[1]])
+    assert row[6] == f"seed1 {100 * seed1.mean:+.2f}"
+
+
 def test_compare_refuses_the_baseline_as_a_treatment(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert entry(["compare", str(tmp_path), "--treatment", "uniform_online", "baseline_online"]) == 2
     assert "--treatment baseline_online is the baseline (--baseline baseline_online)" in capsys.readouterr().err
