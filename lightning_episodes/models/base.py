@@ -42,11 +42,12 @@ class EpisodicBackbone(nn.Module, ABC):
         if images.dim() == 4:
             return self.embed(self._layout(images), 1)
         episodes, size = images.shape[:2]
-        cpu = images.device.type == "cpu" and not self.channels_last  # channels_last: other batch-norm kernels
-        if episodes > 1 and cpu and not torch.is_grad_enabled() and self.embeds_episodes_apart():
+        # channels_last is left out: its per-episode batch norm composes other kernels than one episode's fused one
+        contiguous_cpu = images.device.type == "cpu" and not self.channels_last
+        if episodes > 1 and contiguous_cpu and not torch.is_grad_enabled() and self.embeds_episodes_apart():
             # one episode's activations stay in the CPU's caches: the same numbers, up to 1.8x sooner for small images
             # (benchmarks/episode_chunks.py); with autograd the batch's weight gradients would sum in another order
-            return torch.stack([self.embed(self._layout(episode), 1) for episode in images])
+            return torch.stack([self.embed(episode, 1) for episode in images])
         return self.embed(self._layout(images.flatten(0, 1)), episodes).unflatten(0, (episodes, size))
 
     def _layout(self, flat: Tensor) -> Tensor:
