@@ -389,12 +389,7 @@ def distinguish_protocols(results: Iterable[RunResult]) -> list[RunResult]:
             protocols.append(result.protocol)
     settings: dict[tuple[Column, Protocol], str] = {}
     for column, by_algorithm in groups.items():
-        varying = {  # the settings in which some algorithm's protocols differ (a missing setting counts)
-            key
-            for protocols in by_algorithm.values()
-            for key in {key for protocol in protocols for key, _ in protocol}
-            if len({dict(protocol).get(key) for protocol in protocols}) > 1
-        }
+        varying = set().union(*map(_differing, by_algorithm.values()))
         reduced = {p: tuple(kv for kv in p if kv[0] in varying) for ps in by_algorithm.values() for p in ps}
         distinct = list(dict.fromkeys(reduced.values()))
         labels = dict(zip(distinct, distinguishing_settings(distinct), strict=True))
@@ -404,6 +399,12 @@ def distinguish_protocols(results: Iterable[RunResult]) -> list[RunResult]:
         setting = settings[replace(result.column, setting=""), result.protocol]
         distinguished.append(replace(result, column=replace(result.column, setting=setting)))
     return distinguished
+
+
+def _differing(protocols: Sequence[Protocol]) -> set[str]:
+    """The settings in which ``protocols`` differ (a setting one of them lacks counts)."""
+    tables = [dict(protocol) for protocol in protocols]
+    return {key for table in tables for key in table if len({other.get(key) for other in tables}) > 1}
 
 
 def find_results(paths: Iterable[str | Path]) -> list[Path]:
