@@ -149,7 +149,7 @@ class Resampler:
     Args:
         pool: ``k``, candidates per episode of the global batch.
         replacement: systematic resampling with or without replacement.
-        placebo: choose uniformly at random from the pool instead of by weight.
+        placebo: deal the pool's weights to its candidates at random before the draw (blind to difficulty).
         seed: seeds the choice (with the step).
         out_of_support: ``"zero"`` or ``"clamp"``, for the weights.
     """

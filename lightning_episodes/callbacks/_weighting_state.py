@@ -13,7 +13,6 @@ import math
 from dataclasses import dataclass
 from typing import Any, Final, NamedTuple
 
-import numpy as np
 import torch
 from pytorch_lightning.utilities import rank_zero_warn
 from torch import Tensor
@@ -29,8 +28,9 @@ from lightning_episodes.weighting import (
     better_proposal,
 )
 from lightning_episodes.weighting.loss import stat_dtype
+from lightning_episodes.weighting.resampling import placebo_permutation
 
-__all__ = ["WeightingState", "WeightingStep", "global_weights", "placebo_permutation", "read_record", "step_metrics"]
+__all__ = ["WeightingState", "WeightingStep", "global_weights", "read_record", "step_metrics"]
 
 #: non-finite episodes are always counted (and logged); only the first few steps with some are warned about
 MAX_WARNINGS: Final[int] = 10
@@ -65,17 +65,6 @@ class WeightingStep(NamedTuple):
     support: tuple[float, float] = (math.nan, math.nan)
 
 
-def placebo_permutation(seed: int, step: int, size: int, device: torch.device) -> Tensor:
-    """The placebo's permutation of a step's ``size`` weights: the same on every rank, from ``seed`` and ``step``.
-
-    ``numpy.random.SeedSequence([seed, step])`` mixes both into the 32 bits that torch's CPU generator keeps (it
-    drops a seed's upper bits); drawn on the CPU, it reaches ``device`` without a synchronisation (non-blocking).
-    """
-    state = np.random.SeedSequence([seed, step]).generate_state(1)[0]
-    generator = torch.Generator().manual_seed(int(state))
-    return torch.randperm(size, generator=generator).to(device, non_blocking=True)
-
-
 def global_weights(
     everything: Tensor,
     proposal: Proposal,
@@ -105,7 +94,8 @@ def global_weights(
     raw = torch.ones_like(everything) if warmup else proposal.weights(everything, target, out_of_support, progress)
     shuffled = raw
     if placebo_seed is not None and not warmup:
-        shuffled = raw[placebo_permutation(placebo_seed, step, raw.numel(), raw.device)]
+        # drawn on the CPU, the permutation reaches the device without a synchronisation
+        shuffled = raw[placebo_permutation(placebo_seed, step, raw.numel()).to(raw.device, non_blocking=True)]
     return raw, normalizer.normalize(shuffled)
 
 

@@ -102,7 +102,8 @@ class DifficultyWeightingCallback(Callback):
         running_decay: weight of the old value in ``running``'s average of ``sum w``, in ``[0, 1)``.
         shuffle_weights: placebo control: permute each step's weights among its episodes (same permutation on
             every rank, from ``seed`` and the step): the same weight variance, no targeting. With
-            ``mode="resample"``: choose ``|B|`` distinct candidates uniformly at random (the same cost, no targeting).
+            ``mode="resample"``: permute the pool's weights among its candidates before the same draw (the same
+            cost and repeats, no targeting).
         seed: seeds the placebo's permutations and the resampling's choice (a ``torch.Generator`` seeded from
             ``numpy.random.SeedSequence([seed, step])``).
         log_grad_norm: log ``weighting/grad_norm``, the total gradient norm before the optimizer step.

@@ -58,6 +58,7 @@ from lightning_episodes.weighting.proposals import (
 )
 from lightning_episodes.weighting.resampling import (
     inclusion_probabilities,
+    placebo_permutation,
     select_candidates,
     selection_generator,
     standardize,
@@ -142,6 +143,7 @@ __all__ = [
     "normality_p",
     "pareto_k",
     "pareto_smooth",
+    "placebo_permutation",
     "register_normalizer",
     "register_proposal",
     "register_target",

@@ -22,6 +22,7 @@ from lightning_episodes.weighting.targets import Target
 
 __all__ = [
     "inclusion_probabilities",
+    "placebo_permutation",
     "select_candidates",
     "selection_generator",
     "standardize",
@@ -34,11 +35,19 @@ _SELECTION_SALT: Final[int] = 0x5E1EC7
 _CDF_POINTS: Final[int] = 4097
 
 
-def selection_generator(seed: int, step: int, salt: int = _SELECTION_SALT) -> torch.Generator:
+def selection_generator(seed: int, step: int, salt: int | None = _SELECTION_SALT) -> torch.Generator:
     """A CPU generator seeded from ``(seed, step, salt)`` (``numpy.random.SeedSequence`` mixes them into the 32
-    bits torch keeps): the same on every rank and in a resumed run."""
-    state = np.random.SeedSequence([seed, step, salt]).generate_state(1)[0]
+    bits torch keeps, which drops a seed's upper bits): the same on every rank and in a resumed run. ``salt=None``
+    seeds from ``(seed, step)`` alone: the placebo's permutations."""
+    entropy = [seed, step] if salt is None else [seed, step, salt]
+    state = np.random.SeedSequence(entropy).generate_state(1)[0]
     return torch.Generator().manual_seed(int(state))
+
+
+def placebo_permutation(seed: int, step: int, size: int) -> Tensor:
+    """The placebo's permutation of a step's ``size`` weights (CPU int64): a pure function of ``seed`` and ``step``,
+    the same on every rank; re-weighting's placebo shuffles the batch's weights with it, resampling's the pool's."""
+    return torch.randperm(size, generator=selection_generator(seed, step, salt=None))
 
 
 def inclusion_probabilities(weights: Tensor, count: int) -> Tensor:
@@ -132,7 +141,8 @@ def select_candidates(
         seed: the run's seed of the selection.
         step: the global step.
         replacement: systematic resampling with (default) or without replacement.
-        placebo: choose ``count`` distinct candidates uniformly at random instead (same cost, no targeting).
+        placebo: deal the weights to the candidates at random (:func:`placebo_permutation`) before the draw: the
+            same draw as the targeted choice (as many repeats), blind to which candidate is which.
 
     Returns:
         ``(indices, fallback)``: ``[count]`` sorted int64 pool indices, and whether the weights summed to 0 so that
@@ -149,8 +159,7 @@ def select_candidates(
     if weights is None:
         return plain, False
     if placebo:
-        order = torch.randperm(weights.numel(), generator=selection_generator(seed, step))
-        return order[:count].sort().values, False
+        weights = weights[placebo_permutation(seed, step, weights.numel())]
     if not float(weights.double().sum()) > 0.0:
         return plain, True
     offset = float(torch.rand((), generator=selection_generator(seed, step), dtype=torch.float64))

@@ -20,6 +20,7 @@ from lightning_episodes.weighting import (
     available_targets,
     get_target,
     inclusion_probabilities,
+    placebo_permutation,
     select_candidates,
     standardize,
     systematic_resample,
@@ -111,11 +112,47 @@ def test_choice_is_a_pure_function_of_weights_seed_and_step() -> None:
     chosen, fallback = select_candidates(torch.zeros(64), 16, 3, 7)
     assert fallback
     assert torch.equal(chosen, torch.arange(16))
-    # the placebo: distinct candidates, seeded, and not by weight
+    # the placebo: seeded too
     placebo, fallback = select_candidates(w, 16, 3, 7, placebo=True)
     assert not fallback
-    assert placebo.unique().numel() == 16
-    assert torch.equal(placebo, select_candidates(w * 0 + 1, 16, 3, 7, placebo=True)[0])
+    assert torch.equal(placebo, select_candidates(w.clone(), 16, 3, 7, placebo=True)[0])
+
+
+def test_placebo_draws_with_the_targeted_draws_repeats_blind_to_which_candidate_is_which() -> None:
+    """The placebo deals the pool's weights to its candidates at random, then draws as the targeted choice does.
+
+    By hand: one candidate holding all the weight is chosen ``count`` times by both; with the placebo, it is the
+    candidate that the step's permutation hands that weight to, not the one that earned it. Over many steps with the
+    same skewed weights, the targeted choice takes each candidate in proportion to its weight, the placebo each
+    equally often (chi-square), and both take as many distinct candidates per step on average: the placebo keeps
+    the repeats, so the two differ only in the target."""
+    one = torch.tensor([0.0, 0.0, 0.0, 5.0, 0.0, 0.0])
+    for step in range(20):
+        targeted, _ = select_candidates(one, 3, seed=1, step=step)
+        assert targeted.tolist() == [3, 3, 3]
+        placebo, _ = select_candidates(one, 3, seed=1, step=step, placebo=True)
+        heir = int(torch.nonzero(one[placebo_permutation(1, step, 6)]).item())
+        assert placebo.tolist() == [heir] * 3
+    # skewed weights (the uniform target's p / q on log-normal difficulties is of this shape); 16 candidates, 4 drawn
+    weights = torch.tensor([9.0, 3.0, 2.0, 1.5] + [1.0] * 6 + [0.5] * 6, dtype=torch.float64)
+    steps, count = 3000, 4
+    targeted_counts, placebo_counts = torch.zeros(16), torch.zeros(16)
+    targeted_distinct, placebo_distinct = [], []
+    for step in range(steps):
+        targeted, _ = select_candidates(weights, count, seed=5, step=step)
+        placebo, _ = select_candidates(weights, count, seed=5, step=step, placebo=True)
+        targeted_counts += torch.bincount(targeted, minlength=16)
+        placebo_counts += torch.bincount(placebo, minlength=16)
+        targeted_distinct.append(targeted.unique().numel())
+        placebo_distinct.append(placebo.unique().numel())
+    expected = steps * count * weights / weights.sum()
+    assert stats.chisquare(targeted_counts.numpy(), expected.numpy()).pvalue > 1e-3
+    assert stats.chisquare(placebo_counts.numpy()).pvalue > 1e-3  # uniform over the candidates
+    assert stats.chisquare(placebo_counts.numpy(), expected.numpy()).pvalue < 1e-12  # and not by weight
+    # the repeats: candidate 0 holds 9 / 24.5 of the weight, 1.47 draws a step, so the targeted choice trains about
+    # 3.5 distinct episodes of 4; 4 distinct ones a step (the placebo before 2026-11-29) would be 0.45 away
+    assert sum(placebo_distinct) / steps < 3.7
+    assert sum(placebo_distinct) / steps == pytest.approx(sum(targeted_distinct) / steps, abs=0.05)
 
 
 def test_target_cdf_matches_closed_forms() -> None:
