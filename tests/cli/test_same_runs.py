@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from lightning_episodes.cli import main as cli
+from tests.helpers import tiny_cli_options
 
 ROOT = Path(__file__).resolve().parents[2]
 same_runs = runpy.run_path(str(ROOT / "scripts" / "same_runs.py"))["main"]
@@ -22,31 +23,10 @@ same_runs = runpy.run_path(str(ROOT / "scripts" / "same_runs.py"))["main"]
 
 def _fit(folder: Path, seed: int) -> None:
     """A resampling fit of a few steps on the tiny dataset (tests/conftest.py), tested after it, under ``folder``."""
-    cli(
-        [
-            "fit",
-            "--config=configs/quickstart.yaml",
-            "--config=configs/sampling/uniform_resample.yaml",
-            "--data.dataset=tiny",
-            "--data.image_size=16",
-            "--data.shots=2",
-            "--data.queries=3",
-            "--data.episodes_per_batch=4",
-            "--data.val_episodes=8",
-            "--data.test_episodes=8",
-            "--model.backbone_options.hidden=8",
-            "--trainer.max_steps=6",
-            "--trainer.val_check_interval=3",
-            "--trainer.log_every_n_steps=1",
-            "--trainer.enable_progress_bar=false",
-            "--trainer.enable_model_summary=false",
-            "--trainer.callbacks.warmup_steps=2",
-            f"--trainer.default_root_dir={folder}",
-            f"--trainer.logger.init_args.save_dir={folder}",
-            f"--seed_everything={seed}",
-            "--test_after_fit=true",
-        ]
-    )
+    options = tiny_cli_options(folder, **{"model.backbone_options.hidden": 8, "trainer.max_steps": 6})
+    extra = ["--trainer.val_check_interval=3", "--trainer.log_every_n_steps=1", "--trainer.callbacks.warmup_steps=2"]
+    sampling = ["--config=configs/quickstart.yaml", "--config=configs/sampling/uniform_resample.yaml"]
+    cli(["fit", *sampling, *options, *extra, f"--seed_everything={seed}", "--test_after_fit=true"])
 
 
 @pytest.fixture(scope="module")
