@@ -3,12 +3,12 @@
 
 Importance resampling (``mode: resample``) chooses each step's ``|B|`` episodes from ``pool x |B|`` plain candidates
 in proportion to ``w = p / q``; the chosen difficulties follow the target ``p`` exactly only as the pool grows. This
-simulates the callback's choice with the library's own parts (a proposal fitted to a warm-up sample, its
-``weights``, ``select_candidates``) on difficulties drawn from a log-normal (skewness about 2, as the GPU runs'
-training difficulties) or a normal (skewness 0) distribution. It prints, per pool and proposal, the
-Kolmogorov-Smirnov distance from the uniform law of the chosen difficulties' target CDF values (``target_cdf``:
-uniform when the choice follows the target), the callback's ``weighting/ks``. Pool 1 is plain sampling. Means over
-``--repeats`` runs, each of ``--steps`` steps of ``--batch`` episodes::
+simulates the callback's choice with the library's own parts (a proposal fitted to a warm-up sample, then
+``selection_fidelity``: its ``weights`` and ``select_candidates``) on difficulties drawn from a log-normal
+(skewness about 2, as the GPU runs' training difficulties) or a normal (skewness 0) distribution. It prints, per
+pool and proposal, the Kolmogorov-Smirnov distance from the uniform law of the chosen difficulties' target CDF
+values (``target_cdf``: uniform when the choice follows the target), the callback's ``weighting/ks``. Pool 1 is
+plain sampling. Means over ``--repeats`` runs, each of ``--steps`` steps of ``--batch`` episodes::
 
     .venv/bin/python scripts/resample_fidelity.py                 # the table of docs/method.md
     .venv/bin/python scripts/resample_fidelity.py --steps 50 --repeats 1 --pools 1 4   # a quick look
@@ -23,9 +23,10 @@ from collections.abc import Sequence
 
 import torch
 
-from lightning_episodes.weighting import get_target, make_proposal
-from lightning_episodes.weighting.resampling import select_candidates, standardize, target_cdf
+from lightning_episodes.weighting import get_target, make_proposal, selection_fidelity
 
+#: the sample the pools are drawn from (with replacement): large enough to stand for the law itself
+SAMPLE = 100_000
 #: log-normal sigma of skewness (e^s^2 + 2) sqrt(e^s^2 - 1) = 1.99
 SKEWED_SIGMA = 0.55
 
@@ -36,33 +37,16 @@ def draw(kind: str, count: int, generator: torch.Generator) -> torch.Tensor:
     return 0.5 * torch.exp(SKEWED_SIGMA * normal) if kind == "lognormal" else 0.5 + 0.1 * normal
 
 
-def ks_uniform(values: torch.Tensor) -> float:
-    """The Kolmogorov-Smirnov distance of ``values`` (in [0, 1]) from the uniform law."""
-    ordered = values.sort().values
-    n = ordered.numel()
-    above = torch.arange(1, n + 1, dtype=torch.float64) / n - ordered
-    below = ordered - torch.arange(0, n, dtype=torch.float64) / n
-    return float(torch.maximum(above, below).max())
-
-
 def fidelity(
     kind: str, proposal: str, pool: int, steps: int, batch: int, seed: int, target: str = "uniform", warmup: int = 400
 ) -> float:
-    """The KS distance from ``target`` of ``steps x batch`` episodes chosen from pools of ``pool x batch``."""
+    """The KS distance from ``target`` of ``steps x batch`` episodes chosen from pools of ``pool x batch``, with the
+    proposal fitted to ``warmup x batch`` draws and the pools drawn from a large sample of the same law."""
     generator = torch.Generator().manual_seed(seed)
     q = make_proposal(proposal)
     q.fit(draw(kind, warmup * batch, generator))
-    low, high = q.support()
-    p = get_target(target)
-    chosen = []
-    for step in range(steps):
-        candidates = draw(kind, pool * batch, generator)
-        weights = None if pool == 1 else q.weights(candidates, p)
-        indices, _ = select_candidates(weights, batch, seed=seed, step=step)
-        chosen.append(candidates[indices])
-    support_sigmas = q.support_sigmas
-    values = target_cdf(standardize(torch.cat(chosen), low, high, support_sigmas), p, support_sigmas)
-    return ks_uniform(values)
+    sample = draw(kind, SAMPLE, generator)
+    return selection_fidelity(sample, q, get_target(target), pool, batch, chosen=steps * batch, seed=seed)
 
 
 def table(kinds: Sequence[str], proposals: Sequence[str], pools: Sequence[int], steps: int, batch: int,
@@ -89,7 +73,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--pools", nargs="+", type=int, default=[1, 2, 4, 8, 16])
     parser.add_argument("--steps", type=int, default=250, help="steps per run (250 x 4 = 1,000 chosen episodes)")
     parser.add_argument("--batch", type=int, default=4)
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=20)
     args = parser.parse_args(argv)
     for name in ("steps", "batch", "repeats"):
         if getattr(args, name) < 1:

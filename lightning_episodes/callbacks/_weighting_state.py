@@ -26,9 +26,11 @@ from lightning_episodes.weighting import (
     Target,
     WeightingDiagnostics,
     better_proposal,
+    placebo_permutation,
+    selection_fidelity,
+    skewness,
 )
 from lightning_episodes.weighting.loss import stat_dtype
-from lightning_episodes.weighting.resampling import placebo_permutation
 
 __all__ = ["WeightingState", "WeightingStep", "global_weights", "read_record", "step_metrics"]
 
@@ -36,6 +38,10 @@ __all__ = ["WeightingState", "WeightingStep", "global_weights", "read_record", "
 MAX_WARNINGS: Final[int] = 10
 #: a proposal that misfits is said so at the end of the warm-up; it is said again only if it fitted in between
 MAX_FIT_WARNINGS: Final[int] = 3
+#: resampling: the expected Kolmogorov-Smirnov distance of the chosen batches from the target above which the end of
+#: the warm-up warns that the pool is too small (a fitting proposal reaches 0.04-0.06 at the default pool on normal
+#: difficulties, 0.15-0.16 on log-normal ones of skewness 2: docs/method.md, "Resampling")
+POOL_KS_WARNING: Final[float] = 0.1
 
 
 class WeightingStep(NamedTuple):
@@ -232,6 +238,44 @@ class WeightingState:
                 f"(held-out log-likelihood per episode of the last {self.diagnostics.difficulties.numel()} "
                 f"difficulties: {listed}); proposal={better!r} fits better (--trainer.callbacks.proposal={better})"
             )
+
+    def check_pool(
+        self, pool: int, batch: int, target: Target, progress: float | None, out_of_support: str, proposal_name: str
+    ) -> None:
+        """Resampling, at the end of the warm-up: warns when ``pool`` candidates per episode would leave the chosen
+        batches visibly off ``target`` (:func:`selection_fidelity` on the warm-up's difficulties above
+        :data:`POOL_KS_WARNING`), with what a pool four times larger would reach, or that a larger pool would not
+        help (the proposal cannot reach the target's mass)."""
+        recent = self.diagnostics.difficulties
+        if recent.numel() < 2 or not self.proposal.ready:
+            return
+
+        def fidelity(k: int) -> float:
+            return selection_fidelity(
+                recent, self.proposal, target, k, batch, progress=progress, out_of_support=out_of_support
+            )
+
+        distance = fidelity(pool)
+        if distance <= POOL_KS_WARNING:
+            return
+        larger = 4 * pool
+        reached = fidelity(larger)
+        start = (
+            f"DifficultyWeightingCallback: pool={pool} would bring the chosen batches only to a Kolmogorov-Smirnov "
+            f"distance of about {distance:.2f} from the target on the warm-up's {recent.numel()} difficulties "
+            f"(skewness {skewness(recent):.1f}; weighting/ks logs the distance reached)"
+        )
+        if reached < distance - 0.02:
+            advice = f"; pool={larger} would reach about {reached:.2f} at {larger // pool}x the scoring cost " + (
+                f"(--trainer.callbacks.pool={larger})"
+            )
+        else:
+            advice = (
+                f"; a larger pool would not help (pool={larger}: about {reached:.2f}): proposal={proposal_name!r} "
+                "puts the target's mass where the difficulties are not (a proposal that fits their skew, e.g. "
+                "proposal=empirical, may)"
+            )
+        rank_zero_warn(start + advice)
 
     def state_dict(self, reference_checkpoint: str | None) -> dict[str, Any]:
         """Every saved field, as plain Python values and CPU tensors (``weights_only=True`` loads it)."""

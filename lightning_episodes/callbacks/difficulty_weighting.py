@@ -12,6 +12,7 @@ checks in ``_weighting_options``; the step's record, its weights, host read and 
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
@@ -25,7 +26,13 @@ from typing_extensions import override
 from lightning_episodes._lightning import logger_writes
 from lightning_episodes.algorithms.base import EpisodicModule, WeightingStrategy
 from lightning_episodes.callbacks import reference as ref
-from lightning_episodes.callbacks._resample_step import Resampler, ResampleStep, SelectionFit, resample_metrics
+from lightning_episodes.callbacks._resample_step import (
+    Resampler,
+    ResampleStep,
+    SelectionFit,
+    check_datamodule,
+    resample_metrics,
+)
 from lightning_episodes.callbacks._weighting_options import ESTIMATES, WeightingOptions, check_trainer
 from lightning_episodes.callbacks._weighting_state import (
     WeightingState,
@@ -249,6 +256,7 @@ class DifficultyWeightingCallback(Callback):
             state.diagnostics.observe(values, None)
             if not self.target.plain_sampling:
                 state.check_fit(self.options.proposal)
+                self._check_pool(check_datamodule(trainer).episodes_per_batch, self._progress(trainer))
 
     # -- the weighting strategy (called from EpisodicModule.training_step) ---------------------------------------
     def episode_weights(self, module: EpisodicModule, batch: Episode, difficulties: Tensor) -> EpisodeWeights:
@@ -292,7 +300,7 @@ class DifficultyWeightingCallback(Callback):
         online = self.options.estimate == "online"
         scorer = module if online else self._reference()
         q, progress = self.state.proposal, self._progress(module.trainer)
-        learn = self._learn if online else None
+        learn = partial(self._learn, progress=progress) if online else None
         chosen, record = self.resampler.choose(module, scorer, q, self.target, progress, learn)
         self.last_selection = record
         assert self.state.selection_fit is not None  # mode="resample" keeps one
@@ -306,10 +314,18 @@ class DifficultyWeightingCallback(Callback):
         )
         return chosen
 
-    def _learn(self, difficulties: Tensor) -> None:
-        # online: q absorbs the step's difficulties; the fit is checked every warmup_steps (not for plain sampling)
+    def _learn(self, difficulties: Tensor, progress: float | None = None) -> None:
+        # online: q absorbs the step's difficulties; the fit is checked every warmup_steps (not for plain sampling),
+        # and resampling's pool once, at the end of the warm-up (difficulties: the pool, k |B| of them)
         checked = None if self.target.plain_sampling else self.options.proposal
         self.state.learn(difficulties, self.options.warmup_steps, checked)
+        if checked is not None and self.state.proposal.steps == self.options.warmup_steps:
+            self._check_pool(difficulties.numel() // self.options.pool, progress)
+
+    def _check_pool(self, batch: int, progress: float | None) -> None:
+        if self.options.mode == "resample":
+            options = self.options
+            self.state.check_pool(options.pool, batch, self.target, progress, options.out_of_support, options.proposal)
 
     def _progress(self, trainer: pl.Trainer) -> float | None:
         # every target may use the progress t / T (setup checked max_steps for a target that needs it)

@@ -6,24 +6,30 @@ and each is trained with weight 1. :func:`systematic_resample` is the low-varian
 with replacement or, through capped inclusion probabilities (Madow's systematic sampling), without;
 :func:`select_candidates` is the whole choice, a pure function of the weights, a seed and the step;
 :func:`target_cdf` is the target's distribution function, whose values at the chosen difficulties are uniform
-when the choice follows the target (the logged goodness of fit). See ``docs/method.md``, "Resampling".
+when the choice follows the target (the logged goodness of fit); :func:`selection_fidelity` simulates how closely a
+pool of a given size can follow it on a sample of difficulties. See ``docs/method.md``, "Resampling".
 """
 
 from __future__ import annotations
 
 import math
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import numpy as np
 import torch
+from scipy import stats
 from torch import Tensor
 
 from lightning_episodes.weighting.targets import Target
+
+if TYPE_CHECKING:
+    from lightning_episodes.weighting.proposals import Proposal
 
 __all__ = [
     "inclusion_probabilities",
     "placebo_permutation",
     "select_candidates",
+    "selection_fidelity",
     "selection_generator",
     "standardize",
     "systematic_resample",
@@ -195,3 +201,57 @@ def target_cdf(z: Tensor, target: Target, support_sigmas: float, progress: float
     cumulative = cumulative / cumulative[-1]
     values = np.interp(z.detach().to("cpu", torch.float64).numpy(), grid.numpy(), cumulative.numpy())
     return torch.from_numpy(values)
+
+
+def selection_fidelity(
+    difficulties: Tensor,
+    proposal: Proposal,
+    target: Target,
+    pool: int,
+    batch: int,
+    chosen: int = 1000,
+    seed: int = 0,
+    progress: float | None = None,
+    out_of_support: str = "zero",
+) -> float:
+    """How closely resampling with ``pool`` candidates per episode follows ``target`` on ``difficulties``: the
+    Kolmogorov-Smirnov distance from the uniform law of :func:`target_cdf` at ``chosen`` simulated choices.
+
+    Each simulated step draws ``pool x batch`` candidates from ``difficulties`` (with replacement: their empirical law
+    stands for the plain stream's), weighs them with ``proposal`` as it stands and chooses ``batch`` of them as
+    :func:`select_candidates` does; the steps continue until ``chosen`` episodes are chosen. The distance is what the
+    callback's ``weighting/ks`` would read over as many episodes if the difficulties stayed as they are (about
+    ``1.36 / sqrt(chosen)`` of it is sampling noise). Deterministic in ``seed``.
+
+    Args:
+        difficulties: a sample of plain difficulties (e.g. the warm-up's), any shape; non-finite ones are dropped.
+        proposal: a fitted (ready) proposal ``q``.
+        target: the target ``p``.
+        pool: ``k``, candidates per chosen episode, ``>= 1`` (1: plain sampling).
+        batch: ``|B|``, episodes chosen per step, ``>= 1``.
+        chosen: how many chosen episodes the distance is measured on.
+        seed: seeds the draws and the choices.
+        progress: ``t / T`` for a target that depends on it.
+        out_of_support: ``"zero"`` or ``"clamp"``, for the weights.
+
+    Raises:
+        ValueError: for ``pool``, ``batch`` or ``chosen`` below 1, or no finite difficulty.
+    """
+    if min(pool, batch, chosen) < 1:
+        raise ValueError(f"pool, batch and chosen must be >= 1, got {pool}, {batch} and {chosen}")
+    sample = difficulties.detach().to("cpu", torch.float64).reshape(-1)
+    sample = sample[torch.isfinite(sample)]
+    if not sample.numel():
+        raise ValueError("selection_fidelity needs at least one finite difficulty")
+    steps = -(-chosen // batch)
+    generator = torch.Generator().manual_seed(seed)
+    candidates = sample[torch.randint(sample.numel(), (steps, pool * batch), generator=generator)]
+    weights = proposal.weights(candidates, target, out_of_support, progress).to(torch.float64)
+    picks = [
+        candidates[step, select_candidates(None if pool == 1 else weights[step], batch, seed, step)[0]]
+        for step in range(steps)
+    ]
+    low, high = proposal.support()
+    c = proposal.support_sigmas
+    values = target_cdf(standardize(torch.cat(picks)[:chosen], low, high, c), target, c, progress)
+    return float(stats.kstest(values.numpy(), "uniform").statistic)

@@ -14,6 +14,7 @@ from lightning_episodes import ProtoNet
 from lightning_episodes.algorithms import MAML, EpisodicModule
 from lightning_episodes.callbacks import DifficultyWeightingCallback
 from lightning_episodes.callbacks import reference as module_under_test
+from lightning_episodes.callbacks._weighting_state import WeightingState
 from lightning_episodes.models import set_eval_batch_norm
 from lightning_episodes.weighting import SIGMA_FLOOR, difficulty_statistics, importance_weights
 from tests.helpers import tiny_datamodule, tiny_trainer
@@ -177,3 +178,27 @@ def test_reference_errors(reference: Path, tmp_path: Path) -> None:
     not_ours = DifficultyWeightingCallback(estimate="offline", reference_checkpoint=foreign)
     with pytest.raises(ValueError, match="reference_checkpoint: .* is not a lightning-episodes checkpoint"):
         tiny_trainer(callbacks=[not_ours]).fit(ProtoNet(image_size=16), tiny_datamodule())
+
+
+def test_offline_resampling_checks_its_pool_once_on_the_references_scores(
+    reference: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Offline there is no warm-up: the pool is checked when the reference has scored, before the first step."""
+    calls: list[tuple[int, int, torch.Tensor]] = []
+    check = WeightingState.check_pool
+
+    def recorded(state: WeightingState, pool: int, batch: int, *args: Any) -> None:
+        calls.append((pool, batch, state.diagnostics.difficulties.clone()))
+        check(state, pool, batch, *args)
+
+    monkeypatch.setattr(WeightingState, "check_pool", recorded)
+    callback = DifficultyWeightingCallback(
+        mode="resample", pool=2, estimate="offline", reference_checkpoint=reference, offline_episodes=OFFLINE_EPISODES
+    )
+    _fit_offline(callback, steps=3)
+    ((pool, batch, seen),) = calls
+    assert (pool, batch) == (2, 4)  # the data module's 4 episodes a step
+    dm = tiny_datamodule()
+    dm.setup("fit")
+    episodes = dm.assembler(dm.samplers["train"].sample(dm.seed, "offline", 0, range(OFFLINE_EPISODES)))
+    torch.testing.assert_close(seen, _scores(_frozen(reference), episodes), rtol=1e-6, atol=1e-7)

@@ -159,6 +159,30 @@ def test_a_misfitting_proposal_is_named_once_at_the_end_of_the_warm_up(proposal:
         assert misfits == []
 
 
+@pytest.mark.parametrize(("mode", "warned"), [("resample", True), ("reweight", False)])
+def test_a_pool_too_small_for_the_target_is_named_once_at_the_end_of_the_warm_up(mode: str, warned: bool) -> None:
+    """Log-normal difficulties of sigma 0.8 (skewness 3.7) with a fitting proposal: a pool of 2 candidates per
+    episode leaves the chosen batches far from the uniform target, and the warning says what a pool of 8 reaches
+    (re-weighting has no pool: no such warning)."""
+    callback = DifficultyWeightingCallback(mode=mode, pool=2, proposal="lognormal", warmup_steps=40)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _fit(callback, LogNormalDifficulties(image_size=16), max_steps=60, log_every_n_steps=50)
+    pools = [str(w.message) for w in caught if "pool=" in str(w.message)]
+    if not warned:
+        assert pools == []
+        return
+    assert len(pools) == 1
+    match = re.search(r"pool=2 would bring .* about (\d\.\d\d) from the target on the warm-up's (\d+) difficulties "
+                      r".*; pool=8 would reach about (\d\.\d\d) at 4x the scoring cost", pools[0])  # fmt: skip
+    assert match is not None, pools[0]
+    distance, sample, reached = float(match[1]), int(match[2]), float(match[3])
+    assert distance > 0.1
+    assert reached < distance
+    assert sample == 39 * 2 * 4  # the pools (plain samples) of the warm-up's steps before the check
+    assert "--trainer.callbacks.pool=8" in pools[0]
+
+
 def test_plain_sampling_never_warns_of_a_misfit() -> None:
     """The baseline's weights are 1 whatever ``q`` is: advice to change ``proposal`` would change nothing."""
     callback = DifficultyWeightingCallback(target="baseline", proposal="normal", warmup_steps=40)

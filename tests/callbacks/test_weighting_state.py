@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
+import warnings
 
 import pytest
 import torch
+from scipy import stats
 
 from lightning_episodes.callbacks import DifficultyWeightingCallback, WeightingOptions
 from lightning_episodes.weighting import NormalProposal, Proposal, register_proposal
@@ -88,3 +91,39 @@ def test_a_registered_proposal_is_accepted_and_listed_in_the_error(monkeypatch: 
     assert isinstance(callback.state.proposal, Proposal)
     with pytest.raises(ValueError, match=r"'empirical', 'wide_normal'\], got 'oracle'"):
         DifficultyWeightingCallback(proposal="oracle")
+
+
+@pytest.mark.parametrize(
+    ("law", "proposal", "expected"),
+    [
+        ("normal", "normal", None),  # a fitting proposal on symmetric difficulties: pool 4 follows the target
+        ("lognormal", "lognormal", "larger"),  # skewness 2: pool 4 leaves the batches off it, pool 16 comes closer
+        ("lognormal", "normal", "misfit"),  # the normal's support reaches below the easiest episodes: no pool helps
+    ],
+)
+def test_the_pool_check_says_whether_a_larger_pool_would_help(law: str, proposal: str, expected: str | None) -> None:
+    """docs/method.md's table in a warning: the warm-up's 400 difficulties, pool 4 of |B| = 4, the uniform target."""
+    generator = torch.Generator().manual_seed(0)
+    normal = torch.randn(400, generator=generator, dtype=torch.float64)
+    sample = 0.5 + 0.1 * normal if law == "normal" else 0.5 * torch.exp(0.55 * normal)
+    callback = DifficultyWeightingCallback(mode="resample", proposal=proposal)
+    state = callback.state
+    state.proposal.fit(sample)
+    state.diagnostics.observe(sample, None)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        state.check_pool(4, 4, callback.target, None, "zero", proposal)
+    messages = [str(w.message) for w in caught]
+    if expected is None:
+        assert messages == []
+        return
+    (message,) = messages
+    distance = float(re.search(r"about (\d\.\d\d) from the target", message)[1])  # type: ignore[index]
+    assert distance > 0.1
+    assert f"on the warm-up's 400 difficulties (skewness {stats.skew(sample.numpy()):.1f};" in message
+    if expected == "larger":
+        reached = float(re.search(r"pool=16 would reach about (\d\.\d\d)", message)[1])  # type: ignore[index]
+        assert reached < distance - 0.02
+    else:
+        assert "a larger pool would not help (pool=16: about 0.2" in message
+        assert "proposal='normal'" in message

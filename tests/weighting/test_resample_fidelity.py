@@ -1,5 +1,5 @@
-"""scripts/resample_fidelity.py: its KS distance is scipy's, and resampling's chosen episodes approach the target as
-the pool grows (what the table of docs/method.md reports), where plain sampling stays off it."""
+"""scripts/resample_fidelity.py: resampling's chosen episodes approach the target as the pool grows (what the table
+of docs/method.md reports), where plain sampling stays off it."""
 
 from __future__ import annotations
 
@@ -7,20 +7,9 @@ import runpy
 from pathlib import Path
 
 import pytest
-import torch
-from hypothesis import given, settings
-from hypothesis import strategies as st
-from scipy import stats
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = runpy.run_path(str(ROOT / "scripts" / "resample_fidelity.py"))
-
-
-@settings(deadline=None, max_examples=50)
-@given(st.lists(st.floats(0.0, 1.0), min_size=1, max_size=200))
-def test_the_ks_distance_is_scipys(values: list[float]) -> None:
-    expected = stats.kstest(values, "uniform").statistic
-    assert SCRIPT["ks_uniform"](torch.tensor(values, dtype=torch.float64)) == pytest.approx(expected, abs=1e-12)
 
 
 @pytest.mark.parametrize(("kind", "proposal"), [("normal", "normal"), ("lognormal", "lognormal")])

@@ -22,6 +22,7 @@ from lightning_episodes.weighting import (
     inclusion_probabilities,
     placebo_permutation,
     select_candidates,
+    selection_fidelity,
     standardize,
     systematic_resample,
     target_cdf,
@@ -242,3 +243,28 @@ def test_a_larger_pool_follows_the_target_more_closely() -> None:
     plain = stats.kstest(_pits(proposal, distribution, "easy", pool=BATCH, plain=True).numpy(), "uniform").statistic
     assert plain > 4 * distances[0], (plain, distances)
     assert distances[0] > distances[1] > distances[2], distances
+
+
+def test_selection_fidelity_measures_how_far_a_pool_leaves_the_choice_from_the_target() -> None:
+    """Plain difficulties already uniform over the proposal's support follow the uniform target at pool 1; normal
+    ones do not, and resampling brings them closer as the pool grows (docs/method.md's table, normal row)."""
+    generator = torch.Generator().manual_seed(0)
+    normal = 0.5 + 0.1 * torch.randn(4000, generator=generator, dtype=torch.float64)
+    q = NormalProposal()
+    q.fit(normal)
+    uniform_target = get_target("uniform")
+    low, high = q.support()
+    flat = low + (high - low) * torch.rand(4000, generator=generator, dtype=torch.float64)
+    assert selection_fidelity(flat, q, uniform_target, pool=1, batch=4) < 1.36 / math.sqrt(1000)  # 5% critical
+    distances = [selection_fidelity(normal, q, uniform_target, pool=k, batch=4) for k in (1, 4, 16)]
+    assert distances[0] > 0.12
+    assert distances[0] > distances[1] > distances[2]
+    assert distances[2] < 0.06
+    # a pure function of its arguments
+    assert selection_fidelity(normal, q, uniform_target, 4, 4, seed=3) == selection_fidelity(
+        normal.clone(), q, uniform_target, 4, 4, seed=3
+    )
+    with pytest.raises(ValueError, match="pool, batch and chosen must be >= 1"):
+        selection_fidelity(normal, q, uniform_target, pool=0, batch=4)
+    with pytest.raises(ValueError, match="at least one finite difficulty"):
+        selection_fidelity(torch.tensor([math.nan]), q, uniform_target, pool=4, batch=4)
