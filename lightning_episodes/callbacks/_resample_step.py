@@ -30,8 +30,7 @@ from lightning_episodes.weighting import (
     Target,
     effective_sample_size,
     select_candidates,
-    standardize,
-    target_cdf,
+    target_quantiles,
 )
 
 __all__ = [
@@ -220,12 +219,9 @@ class SelectionFit:
         """Adds a weighted step's chosen and plain episodes (not the plain choices: warm-up, ``baseline``)."""
         if record.raw_weights is None or record.fallback:
             return
-        low, high = proposal.support()
-        c = proposal.support_sigmas
         plain = record.difficulties[: len(record.selected)]
         for name, values in (("chosen", record.difficulties[record.selected]), ("plain", plain)):
-            finite = values[torch.isfinite(values)]
-            u = target_cdf(standardize(finite, low, high, c), target, c, progress)
+            u = target_quantiles(values[torch.isfinite(values)], proposal, target, progress)
             setattr(self, name, torch.cat([getattr(self, name), u])[-self.window :])
 
     def summary(self) -> dict[str, float]:

@@ -266,9 +266,8 @@ class WeightingState:
             f"(skewness {skewness(recent):.1f}; weighting/ks logs the distance reached)"
         )
         if reached < distance - 0.02:
-            advice = f"; pool={larger} would reach about {reached:.2f} at {larger // pool}x the scoring cost " + (
-                f"(--trainer.callbacks.pool={larger})"
-            )
+            advice = f"; pool={larger} would reach about {reached:.2f} at 4x the scoring cost "
+            advice += f"(--trainer.callbacks.pool={larger})"
         else:
             advice = (
                 f"; a larger pool would not help (pool={larger}: about {reached:.2f}): proposal={proposal_name!r} "

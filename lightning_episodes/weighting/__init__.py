@@ -65,6 +65,7 @@ from lightning_episodes.weighting.resampling import (
     standardize,
     systematic_resample,
     target_cdf,
+    target_quantiles,
 )
 from lightning_episodes.weighting.targets import (
     BaselineTarget,
@@ -157,6 +158,7 @@ __all__ = [
     "support_interval",
     "systematic_resample",
     "target_cdf",
+    "target_quantiles",
     "truncate_weights",
     "weighted_loss",
 ]

@@ -34,6 +34,7 @@ __all__ = [
     "standardize",
     "systematic_resample",
     "target_cdf",
+    "target_quantiles",
 ]
 
 #: mixed into the selection's seed so that it never shares a random stream with the placebo's permutations
@@ -203,6 +204,14 @@ def target_cdf(z: Tensor, target: Target, support_sigmas: float, progress: float
     return torch.from_numpy(values)
 
 
+def target_quantiles(difficulties: Tensor, proposal: Proposal, target: Target, progress: float | None = None) -> Tensor:
+    """:func:`target_cdf` at ``difficulties`` standardised on ``proposal``'s support as it stands: uniform on
+    ``[0, 1]`` when the difficulties follow the target (float64, CPU)."""
+    low, high = proposal.support()
+    c = proposal.support_sigmas
+    return target_cdf(standardize(difficulties, low, high, c), target, c, progress)
+
+
 def selection_fidelity(
     difficulties: Tensor,
     proposal: Proposal,
@@ -251,7 +260,5 @@ def selection_fidelity(
         candidates[step, select_candidates(None if pool == 1 else weights[step], batch, seed, step)[0]]
         for step in range(steps)
     ]
-    low, high = proposal.support()
-    c = proposal.support_sigmas
-    values = target_cdf(standardize(torch.cat(picks)[:chosen], low, high, c), target, c, progress)
+    values = target_quantiles(torch.cat(picks)[:chosen], proposal, target, progress)
     return float(stats.kstest(values.numpy(), "uniform").statistic)
