@@ -78,6 +78,7 @@ PAPER = {"warmup_steps": 100, "decay": 0.9, "update": "episode", "support_sigmas
 OWN = {
     "uniform_online_placebo": {"shuffle_weights": True},
     "uniform_online_psis": {"normalization": "psis"},
+    "uniform_online_self": {"normalization": "self"},
     "uniform_resample": {"mode": "resample"},
     "uniform_resample_placebo": {"mode": "resample", "shuffle_weights": True},
 }
