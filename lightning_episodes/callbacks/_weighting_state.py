@@ -258,7 +258,8 @@ class WeightingState:
         distance = fidelity(pool)
         if distance <= POOL_KS_WARNING:
             return
-        larger = 4 * pool
+        growth = 4  # the larger pool tried, and the factor on the scoring cost it would take
+        larger = growth * pool
         reached = fidelity(larger)
         start = (
             f"DifficultyWeightingCallback: pool={pool} would bring the chosen batches only to a Kolmogorov-Smirnov "
@@ -266,7 +267,7 @@ class WeightingState:
             f"(skewness {skewness(recent):.1f}; weighting/ks logs the distance reached)"
         )
         if reached < distance - 0.02:
-            advice = f"; pool={larger} would reach about {reached:.2f} at 4x the scoring cost "
+            advice = f"; pool={larger} would reach about {reached:.2f} at {growth}x the scoring cost "
             advice += f"(--trainer.callbacks.pool={larger})"
         else:
             advice = (
