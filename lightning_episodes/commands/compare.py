@@ -181,18 +181,33 @@ def compare_scenario(
     count: int | None = None,
     device: str | torch.device = "cpu",
     seeds: Sequence[int] | Literal["tested"] | None = None,
+    baseline_from: Path | None = None,
+    differing: Sequence[str] = (),
 ) -> tuple[RunResult, list[str]]:
     """One row of :func:`main`'s table: the scenario's first run (its benchmark and training protocol, which label
     the row) and the row's other entries (both arms and their paired difference, over every ``seed<N>`` folder,
     those of ``seeds``, or with ``seeds="tested"`` those where both arms have a test record).
 
+    Args:
+        baseline_from: another scenario folder whose ``seed<N>/<baseline>`` runs are the baseline arm (the same seeds
+            as the scenario's), e.g. the same cell trained at another learning rate.
+        differing: protocol settings (``model.optimizer.lr``, or a whole ``model.optimizer``) in which the baseline's
+            runs may differ from the treatment's; any other difference is still refused.
+
     Raises:
         FileNotFoundError: naming a missing seed or run folder, test record or checkpoint.
         Untested: with ``"tested"``, when no seed has both arms tested.
-        ValueError: if the runs test different scenarios or episodes, or a treatment run never weighted.
+        ValueError: if the runs test different scenarios or episodes or differ in a setting not in ``differing``, a
+            name of ``differing`` is no setting of theirs, or a treatment run never weighted.
     """
     folders = _seed_folders(scenario, None if isinstance(seeds, str) else seeds)
-    found = {arm: [_record_or_error(seed / arm) for seed in folders] for arm in (baseline, treatment)}
+    roots = {"baseline": baseline_from or scenario, "treatment": scenario}
+    if baseline == treatment and roots["baseline"].resolve() == scenario.resolve():
+        raise ValueError(f"--treatment {treatment} is the baseline (--baseline {baseline} of {scenario})")
+    found = {
+        arm: [_record_or_error(roots[arm] / seed.name / name) for seed in folders]
+        for arm, name in (("baseline", baseline), ("treatment", treatment))
+    }
     tested = [i for i in range(len(folders)) if all(isinstance(found[arm][i], Path) for arm in found)]
     # a campaign part-way through: say which seeds can be compared
     complete = ",".join(folders[i].name[4:] for i in tested)
@@ -214,25 +229,16 @@ def compare_scenario(
                 raise FileNotFoundError(f"{record}{hint}")
             scored.append(run_scores(record, count, device))
         arms[arm] = ([table for table, _ in scored], [result for _, result in scored])
-    never = [r.path for r in arms[treatment][1] if (NEVER_WEIGHTED, "true") in r.row.options]
-    if never and arms[treatment][1][0].row.target != "baseline":
+    never = [r.path for r in arms["treatment"][1] if (NEVER_WEIGHTED, "true") in r.row.options]
+    if never and arms["treatment"][1][0].row.target != "baseline":
         raise ValueError(
             f"{never[0]} never weighted its episodes (weighted_steps 0: its warm-up outlasted the run), so it is "
             f"plain sampling, not the {treatment} arm: fit it with more steps than --trainer.callbacks.warmup_steps"
         )
-    results = arms[baseline][1] + arms[treatment][1]
-    first = results[0]
-    for result in results[1:]:
-        if (result.column, result.row.algorithm) != (first.column, first.row.algorithm):
-            raise ValueError(
-                f"{scenario} mixes scenarios: {first.path} tests {first.row.algorithm} on "
-                f"{first.column.label}, {result.path} {result.row.algorithm} on {result.column.label}"
-            )
-        if result.protocol != first.protocol:  # a paired difference of arms trained differently is not the scheme's
-            ours, theirs = distinguishing_settings([first.protocol, result.protocol])
-            raise ValueError(f"{scenario} mixes training protocols: {first.path} ({ours}), {result.path} ({theirs})")
+    first = arms["baseline"][1][0]
+    algorithm = _check_protocols(scenario, arms["baseline"][1], arms["treatment"][1], differing)
     try:
-        difference = paired_difference(arms[baseline][0], arms[treatment][0])
+        difference = paired_difference(arms["baseline"][0], arms["treatment"][0])
     except ValueError as error:  # its tables are numbered in seed order
         raise ValueError(f"{scenario} ({', '.join(seed.name for seed in folders)}): {error}") from None
     per_seed = ", ".join(
@@ -242,15 +248,68 @@ def compare_scenario(
     if difference.seed_ci95 is not None and difference.seed_pvalue is not None:
         across = f"± {100 * difference.seed_ci95:.2f} (p {_pvalue(difference.seed_pvalue)})"
     return first, [
-        first.row.algorithm,
-        format_cell(combine(arms[baseline][1])),
-        format_cell(combine(arms[treatment][1])),
+        algorithm,
+        format_cell(combine(arms["baseline"][1])),
+        format_cell(combine(arms["treatment"][1])),
         f"{100 * difference.mean:+.2f} ± {100 * difference.ci95:.2f}",
         _pvalue(difference.pvalue),
         per_seed,
         across,
         str(difference.episodes),
     ]
+
+
+def _check_protocols(
+    scenario: Path, baseline: Sequence[RunResult], treatment: Sequence[RunResult], differing: Sequence[str]
+) -> str:
+    """The row's algorithm entry, once every run tests one algorithm on one benchmark, the runs of each arm share
+    one training protocol, and the arms' protocols differ at most in the ``differing`` settings (the entry then names
+    how: ``ProtoNet (cosine); treatment optimizer=adam(lr=0.0007), baseline optimizer=adam(lr=0.001)``).
+
+    Raises:
+        ValueError: naming two runs that break this, or a name of ``differing`` that is no setting of theirs.
+    """
+    results = [*baseline, *treatment]
+    first = results[0]
+    settings = {key for result in results for key, _ in result.protocol}
+
+    def under(setting: str, name: str) -> bool:
+        return setting == name or setting.startswith(f"{name}.")
+
+    for name in differing:
+        if not any(under(key, name) for key in settings):
+            raise ValueError(
+                f"--differing {name}: no setting of the runs' training protocols is {name} or under it (they are "
+                "named as in the runs' config.yaml: model.optimizer.lr, data.train_images_per_class, ...)"
+            )
+    for result in results[1:]:
+        if (result.column, result.row.algorithm) != (first.column, first.row.algorithm):
+            raise ValueError(
+                f"{scenario} mixes scenarios: {first.path} tests {first.row.algorithm} on "
+                f"{first.column.label}, {result.path} {result.row.algorithm} on {result.column.label}"
+            )
+    # a paired difference of arms trained differently is not the scheme's: one protocol per arm, and the arms'
+    # differ only where the caller said they may
+    pairs = [(arm[0], result) for arm in (baseline, treatment) for result in arm[1:]]
+    pairs.append((baseline[0], treatment[0]))
+    for index, (ours, theirs) in enumerate(pairs):
+        between = index == len(pairs) - 1
+        free = differing if between else ()
+        kept = [
+            tuple(kv for kv in run.protocol if not any(under(kv[0], name) for name in free)) for run in (ours, theirs)
+        ]
+        if kept[0] != kept[1]:
+            labels = distinguishing_settings([ours.protocol, theirs.protocol])
+            keys = {key for key, _ in set(kept[0]) ^ set(kept[1])}
+            tops = sorted(key for key in keys if not any(under(key, other) for other in keys - {key}))
+            advice = f"; to pair them anyway, name what differs: --differing {' '.join(tops)}" if between else ""
+            raise ValueError(
+                f"{scenario} mixes training protocols: {ours.path} ({labels[0]}), {theirs.path} ({labels[1]}){advice}"
+            )
+    if baseline[0].protocol == treatment[0].protocol:
+        return first.row.algorithm
+    labels = distinguishing_settings([treatment[0].protocol, baseline[0].protocol])
+    return f"{first.row.algorithm}; treatment {labels[0]}, baseline {labels[1]}"
 
 
 def _pvalue(p: float) -> str:
@@ -268,6 +327,10 @@ examples:
       --baseline baseline_online --treatment uniform_online --markdown compare.md
   lightning-episodes compare runs/scarce/glyphs_100_5w5s__protonet_cosine_conv4 --seeds tested \\
       --treatment uniform_online uniform_resample baseline_online__hard_task_mining
+  # the same cell's baseline at another learning rate, paired with the baseline at the usual one
+  lightning-episodes compare runs/scarce_lr7e-4/glyphs_100_5w5s__protonet_cosine_conv4 --seeds [0] \\
+      --baseline-from runs/scarce/glyphs_100_5w5s__protonet_cosine_conv4 --treatment baseline_online \\
+      --differing [model.optimizer.lr]
 """
 
 
@@ -287,6 +350,20 @@ def parser() -> Any:
         help="only these seed<N> folders, e.g. [0,1]; 'tested': each row over the seeds where both of its arms were "
         "tested (default: every seed folder, each arm required in each)",
     )
+    parser.add_argument(
+        "--baseline-from",
+        type=Path | None,
+        default=None,
+        help="another scenario folder whose seed<N>/<--baseline> runs are the baseline arm, the same seeds as each "
+        "scenario's (e.g. the same cell trained at another learning rate; name what differs with --differing)",
+    )
+    parser.add_argument(
+        "--differing",
+        type=list[str],
+        default=[],
+        help="protocol settings in which the baseline's runs may differ from the treatment's, e.g. "
+        "[model.optimizer.lr]; any other difference is still refused",
+    )
     parser.add_argument("--markdown", type=Path | None, default=None, help="also write the Markdown table here")
     add_device_argument(parser)
     return parser
@@ -294,7 +371,8 @@ def parser() -> Any:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``lightning-episodes compare SCENARIO_DIR... [--baseline NAME] [--treatment NAME...] [--episodes N]
-    [--seeds N...|tested] [--markdown PATH] [--device DEVICE]``.
+    [--seeds N...|tested] [--baseline-from SCENARIO_DIR] [--differing SETTING...] [--markdown PATH]
+    [--device DEVICE]``.
 
     For each scenario folder (``<scenario>/seed<N>/<scheme>_<proposal>/``, as ``scripts/run_scenario.py`` lays it
     out), reads each seed's per-episode test scores of both arms (``test_episodes.csv`` beside its
@@ -305,7 +383,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     Returns:
         0, or 2 (with the reason on stderr, a usage error as every command's) when a seed folder, run, test record or
-        checkpoint is missing, the runs do not score the same episodes, or the treatment never weighted.
+        checkpoint is missing, the runs do not score the same episodes or differ in a setting not named by
+        ``--differing``, or the treatment never weighted.
 
     Raises:
         argparse.ArgumentError: for an unknown option or a value of the wrong type.
@@ -314,12 +393,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(arguments(argv))
     check_positive("--episodes", args.episodes)
     treatments = list(dict.fromkeys(args.treatment))
-    if args.baseline in treatments:
+    if args.baseline in treatments and args.baseline_from is None:
         raise ValueError(f"--treatment {args.baseline} is the baseline (--baseline {args.baseline}): name another arm")
     device = resolve_device(args.device)
     probe_output(args.markdown, "--markdown")
     several = len(treatments) > 1  # a column names each row's treatment
     arm_columns = f"Treatment | {args.baseline} | treatment" if several else f"{args.baseline} | {treatments[0]}"
+    if args.baseline_from is not None and not several:  # the arms may share a name
+        arm_columns = f"baseline {args.baseline} | treatment {treatments[0]}"
     lines = [
         f"| Scenario | Algorithm | {arm_columns} | Paired difference (pp) | p | "
         "Per-seed differences (pp) | Across seeds (pp) | Episodes |",
@@ -331,8 +412,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             for treatment in treatments:
                 try:
                     first, entries = compare_scenario(
-                        scenario, args.baseline, treatment, args.episodes, device, args.seeds
-                    )
+                        scenario, args.baseline, treatment, args.episodes, device, args.seeds, args.baseline_from,
+                        args.differing,
+                    )  # fmt: skip
                 except Untested as untested:  # --seeds tested: a row only where both arms were tested
                     print(f"[compare] no row: {untested}", file=sys.stderr)
                     continue

@@ -321,3 +321,86 @@ def test_compare_tells_apart_scenarios_of_one_benchmark_trained_differently(
     assert rows[0][1:] == rows[1][1:], "the same scores: only the label differs"
     assert run_tool(["compare", str(step)]) == 0
     assert "[" not in _row(capsys.readouterr().out)[0]
+
+
+def _set_optimizer(scenario: Path, lr: float, arms: tuple[str, ...] = ("baseline_online", "uniform_online")) -> None:
+    """Every run of ``arms`` in ``scenario`` as if trained at Adam ``lr`` (its config.yaml: the protocol's source)."""
+    for arm in arms:
+        for config_path in scenario.glob(f"seed*/{arm}/**/config.yaml"):
+            config = yaml.safe_load(config_path.read_text())
+            config["model"]["init_args"]["optimizer"] = {"class_path": "torch.optim.Adam", "init_args": {"lr": lr}}
+            config_path.write_text(yaml.safe_dump(config))
+
+
+@pytest.mark.slow
+def test_compare_pairs_a_baseline_from_another_scenario_differing_only_where_named(
+    scenario: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--baseline-from``: the baseline arm's runs come from another scenario folder (the same cell at another
+    learning rate), paired seed by seed on the shared test episodes; the arms' protocols may differ only in the
+    settings ``--differing`` names, and the row says how they differ."""
+    at_lr = shutil.copytree(scenario, tmp_path / "lr" / scenario.name)
+    _set_optimizer(at_lr, 7e-4)
+    scenario_copy = shutil.copytree(scenario, tmp_path / "base" / scenario.name)
+    _set_optimizer(scenario_copy, 1e-3)
+    command = ["compare", str(at_lr), "--baseline-from", str(scenario_copy), "--treatment", "uniform_online"]
+    assert run_tool(command) == 2
+    error = capsys.readouterr().err
+    baseline_record = next((scenario_copy / "seed0" / "baseline_online").rglob(RESULTS_FILE))
+    assert f"{at_lr} mixes training protocols: {baseline_record} (optimizer=adam(lr=0.001)), " in error
+    assert "(optimizer=adam(lr=0.0007))" in error
+    assert error.rstrip().endswith("to pair them anyway, name what differs: --differing model.optimizer.lr")
+
+    assert run_tool([*command, "--differing", "[model.optimizer.lr]"]) == 0
+    out = capsys.readouterr().out
+    assert "| baseline baseline_online | treatment uniform_online |" in out
+    row = _row(out)
+    assert row[1] == "ProtoNet (Euclidean); treatment optimizer=adam(lr=0.0007), baseline optimizer=adam(lr=0.001)"
+    tables = {arm: [DifficultyTable.read(next((scenario / f"seed{s}" / arm).rglob(SCORES_FILE))) for s in (0, 1)]
+              for arm in ("baseline_online", "uniform_online")}  # fmt: skip
+    expected = paired_difference(tables["baseline_online"], tables["uniform_online"])
+    assert row[4] == f"{100 * expected.mean:+.2f} ± {100 * expected.ci95:.2f}"  # the copies' scores: the scenario's
+    assert row[6] == ", ".join(
+        f"seed{s} {100 * d:+.2f}" for s, d in zip((0, 1), expected.seed_differences or (), strict=True)
+    )
+    # a whole class names all of its arguments; one arm against itself in another folder is allowed
+    assert run_tool([*command[:-1], "baseline_online", "--differing", "[model.optimizer]"]) == 0
+    assert _row(capsys.readouterr().out)[4] == "+0.00 ± 0.00"
+
+
+@pytest.mark.slow
+def test_compare_differing_frees_only_the_named_settings_between_the_arms(
+    scenario: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    at_lr = shutil.copytree(scenario, tmp_path / "lr" / scenario.name)
+    _set_optimizer(at_lr, 7e-4)
+    for config_path in at_lr.rglob("config.yaml"):  # and another schedule: not named, still refused
+        config = yaml.safe_load(config_path.read_text())
+        config["model"]["init_args"]["lr_scheduler"] = {"class_path": "torch.optim.lr_scheduler.StepLR",
+                                                        "init_args": {"step_size": 3}}  # fmt: skip
+        config_path.write_text(yaml.safe_dump(config))
+    base = shutil.copytree(scenario, tmp_path / "base" / scenario.name)
+    _set_optimizer(base, 1e-3)
+    command = ["compare", str(at_lr), "--baseline-from", str(base), "--differing", "[model.optimizer.lr]"]
+    assert run_tool(command) == 2
+    assert capsys.readouterr().err.rstrip().endswith("name what differs: --differing model.lr_scheduler")
+    # within an arm, the runs must still share one protocol, whatever --differing says
+    for config_path in (base / "seed1" / "baseline_online").rglob("config.yaml"):
+        config = yaml.safe_load(config_path.read_text())
+        config["model"]["init_args"]["optimizer"]["init_args"]["lr"] = 5e-4
+        config_path.write_text(yaml.safe_dump(config))
+    assert run_tool(["compare", str(base), "--differing", "[model.optimizer.lr]"]) == 2
+    error = capsys.readouterr().err
+    assert f"{base} mixes training protocols" in error
+    assert "--differing" not in error
+    assert run_tool(["compare", str(scenario), "--differing", "[model.optimiser.lr]"]) == 2
+    assert "--differing model.optimiser.lr: no setting of the runs' training protocols" in capsys.readouterr().err
+
+
+def test_compare_refuses_an_arm_paired_with_itself(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "seed0").mkdir()
+    command = ["compare", str(tmp_path), "--treatment", "baseline_online", "--baseline-from", str(tmp_path)]
+    assert entry(command) == 2
+    assert f"--treatment baseline_online is the baseline (--baseline baseline_online of {tmp_path})" in (
+        capsys.readouterr().err
+    )
