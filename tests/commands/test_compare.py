@@ -323,13 +323,12 @@ def test_compare_tells_apart_scenarios_of_one_benchmark_trained_differently(
     assert "[" not in _row(capsys.readouterr().out)[0]
 
 
-def _set_optimizer(scenario: Path, lr: float, arms: tuple[str, ...] = ("baseline_online", "uniform_online")) -> None:
-    """Every run of ``arms`` in ``scenario`` as if trained at Adam ``lr`` (its config.yaml: the protocol's source)."""
-    for arm in arms:
-        for config_path in scenario.glob(f"seed*/{arm}/**/config.yaml"):
-            config = yaml.safe_load(config_path.read_text())
-            config["model"]["init_args"]["optimizer"] = {"class_path": "torch.optim.Adam", "init_args": {"lr": lr}}
-            config_path.write_text(yaml.safe_dump(config))
+def _set_optimizer(scenario: Path, lr: float) -> None:
+    """Every run in ``scenario`` as if trained at Adam ``lr`` (its config.yaml: the protocol's source)."""
+    for config_path in scenario.rglob("config.yaml"):
+        config = yaml.safe_load(config_path.read_text())
+        config["model"]["init_args"]["optimizer"] = {"class_path": "torch.optim.Adam", "init_args": {"lr": lr}}
+        config_path.write_text(yaml.safe_dump(config))
 
 
 @pytest.mark.slow
