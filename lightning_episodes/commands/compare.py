@@ -16,7 +16,7 @@ import math
 import re
 import sys
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
@@ -273,7 +273,7 @@ def _check_protocols(
     first = results[0]
     settings = {key for result in results for key, _ in result.protocol}
     for name in differing:
-        if not _under(settings, name):
+        if not any(_under(key, name) for key in settings):
             raise ValueError(
                 f"--differing {name}: no setting of the runs' training protocols is {name} or under it (they are "
                 "named as in the runs' config.yaml: model.optimizer.lr, data.train_images_per_class, ...)"
@@ -296,23 +296,21 @@ def _check_protocols(
     return f"{first.row.algorithm}; treatment {labels[0]}, baseline {labels[1]}"
 
 
-def _under(settings: Iterable[str], name: str) -> list[str]:
-    """The ``settings`` that are ``name`` or its arguments (``model.optimizer.lr`` is under ``model.optimizer``)."""
-    return [setting for setting in settings if setting == name or setting.startswith(f"{name}.")]
+def _under(setting: str, name: str) -> bool:
+    """Whether ``setting`` is ``name`` or one of its arguments (``model.optimizer.lr`` is under ``model.optimizer``)."""
+    return setting == name or setting.startswith(f"{name}.")
 
 
 def _same_protocol(
     scenario: Path, ours: RunResult, theirs: RunResult, free: Sequence[str] = (), between_arms: bool = False
 ) -> None:
     """Refuse two runs whose protocols differ outside the ``free`` settings; between the arms, name what to free."""
-    kept = [
-        tuple(kv for kv in run.protocol if not any(_under([kv[0]], name) for name in free)) for run in (ours, theirs)
-    ]
+    kept = [tuple(kv for kv in run.protocol if not any(_under(kv[0], name) for name in free)) for run in (ours, theirs)]
     if kept[0] == kept[1]:
         return
     labels = distinguishing_settings([ours.protocol, theirs.protocol])
     keys = {key for key, _ in set(kept[0]) ^ set(kept[1])}
-    tops = sorted(key for key in keys if not any(_under([key], other) for other in keys - {key}))
+    tops = sorted(key for key in keys if not any(_under(key, other) for other in keys - {key}))
     advice = f"; to pair them anyway, name what differs: --differing {' '.join(tops)}" if between_arms else ""
     raise ValueError(
         f"{scenario} mixes training protocols: {ours.path} ({labels[0]}), {theirs.path} ({labels[1]}){advice}"
