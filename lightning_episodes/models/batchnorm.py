@@ -9,6 +9,8 @@ paper used, processes them), in one vectorised pass.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Literal, get_args
 
 import torch
@@ -118,6 +120,8 @@ class EpisodicBatchNorm2d(nn.Module):
             self.register_buffer("running_mean", None)
             self.register_buffer("running_var", None)
             self.register_buffer("num_batches_tracked", None)
+        # (mean, var, values per channel) of the episodes seen inside `deferred_running_stats`, else None
+        self._pending: list[tuple[Tensor, Tensor, int]] | None = None
 
     def reset_running_stats(self) -> None:
         """Reset the running buffers to their initial values (mean 0, variance 1, count 0)."""
@@ -157,21 +161,42 @@ class EpisodicBatchNorm2d(nn.Module):
         count = 1 if episodes is None else episodes
         if count <= 0 or x.shape[0] % count != 0:
             raise ValueError(f"episodes={episodes} must be positive and divide the batch size {x.shape[0]}")
-        if count == 1 and not (self.training and running) and x[:, 0].numel() > 1:
-            # One episode and no buffer to update (MAML/ANIL forward episodes one by one): PyTorch's fused
-            # kernel is exactly nn.BatchNorm2d and 2-3× faster, double backward included.
+        if count > 1:
+            return self._per_episode(x.unflatten(0, (count, -1))).flatten(0, 1)
+        self._check_values(x[:, 0].numel(), x.shape)
+        if not (self.training and running):
+            # One episode and no buffer to update (MAML/ANIL forward episodes one by one, evaluation with the
+            # episode's statistics): PyTorch's fused kernel is exactly nn.BatchNorm2d, double backward included.
             return F.batch_norm(x, None, None, self.weight, self.bias, True, 0.0, self.eps)
-        return self._per_episode(x.unflatten(0, (count, -1))).flatten(0, 1)
+        out, mean, var = self._one_episode(x)
+        self._record(mean[None], var[None], x[:, 0].numel())
+        return out
+
+    def _check_values(self, values: int, shape: torch.Size) -> None:
+        if self.training and values <= 1:
+            raise ValueError(
+                f"Expected more than 1 value per channel per episode when training, got input size {tuple(shape)}"
+            )
+
+    def _one_episode(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """One episode ``[N, C, H, W]`` normalised with its own statistics, and those statistics ``[C]`` (biased).
+
+        PyTorch's fused kernel, in any layout and precision: ``channels_last`` stays ``channels_last`` and a bfloat16
+        input (autocast) gets float32 statistics, as ``nn.BatchNorm2d`` computes them."""
+        out, mean, invstd = torch.native_batch_norm(x, self.weight, self.bias, None, None, True, 0.0, self.eps)
+        return out, mean, _variance(invstd, self.eps)
 
     def _per_episode(self, x: Tensor) -> Tensor:
         """Normalise `[B, N, C, H, W]` with each episode's own statistics (updating buffers if training)."""
         values = x.shape[1] * x.shape[3] * x.shape[4]
-        if self.training and values <= 1:
-            raise ValueError(
-                f"Expected more than 1 value per channel per episode when training, got input size {tuple(x.shape)}"
-            )
-        channels_last = not x.is_contiguous() and x.flatten(0, 1).is_contiguous(memory_format=torch.channels_last)
-        if x.dtype in _LOW_PRECISION or channels_last:
+        self._check_values(values, x.shape)
+        if x.device.type == "cpu":
+            # Episode by episode: each is one contiguous block (in either layout), so the fused kernel needs no
+            # copy, and one episode's activations stay in the caches (benchmarks/batchnorm.py: faster than one
+            # kernel over a transposed copy, and the only way to keep channels_last and bfloat16 fast).
+            outs, means, variances = zip(*(self._one_episode(episode) for episode in x.unbind(0)), strict=True)
+            out, mean, var = torch.stack(outs), torch.stack(means), torch.stack(variances)
+        elif x.dtype in _LOW_PRECISION or not x.is_contiguous():
             # Low-precision inputs (autocast) get float32 statistics, as PyTorch's own batch norm computes them;
             # composing the normalisation elementwise also keeps a channels_last layout.
             var, mean = torch.var_mean(x.float(), dim=(1, 3, 4), correction=0)  # [B, C] each
@@ -183,20 +208,27 @@ class EpisodicBatchNorm2d(nn.Module):
                 shift = shift + self.bias
             out = torch.addcmul(shift[:, None, :, None, None].to(x.dtype), x, scale[:, None, :, None, None].to(x.dtype))
         else:
-            # Episodes become channels: batch norm of [N, B*C, H, W] normalises each (episode, channel) over its
-            # own N, H, W, i.e. per-episode statistics, in PyTorch's fused kernel (forward, backward and
-            # double backward), several times faster than composing the statistics from elementwise ops.
+            # On an accelerator, episodes become channels: batch norm of [N, B*C, H, W] normalises each (episode,
+            # channel) over its own N, H, W, i.e. per-episode statistics, in one fused kernel (forward, backward
+            # and double backward) for the whole batch.
             b, n, c = x.shape[:3]
             flat = x.transpose(0, 1).reshape(n, b * c, *x.shape[3:])
             weight = None if self.weight is None else self.weight.repeat(b)
             bias = None if self.bias is None else self.bias.repeat(b)
             out, mean, invstd = torch.native_batch_norm(flat, weight, bias, None, None, True, 0.0, self.eps)
             out = out.view(n, b, c, *x.shape[3:]).transpose(0, 1)
-            mean = mean.view(b, c)
-            var = (invstd.view(b, c).double().pow(-2) - self.eps).clamp_min(0).to(mean.dtype)
+            mean, var = mean.view(b, c), _variance(invstd.view(b, c), self.eps)
         if self.training:
-            self._update_running_stats(mean.detach(), var.detach(), values)
+            self._record(mean, var, values)
         return out
+
+    def _record(self, mean: Tensor, var: Tensor, values: int) -> None:
+        """Update the running buffers with the episodes' ``[B, C]`` statistics, or keep them for later inside
+        :func:`deferred_running_stats`."""
+        if self._pending is not None:
+            self._pending.append((mean.detach(), var.detach(), values))
+        else:
+            self._update_running_stats(mean.detach(), var.detach(), values)
 
     @torch.no_grad()
     def _update_running_stats(self, mean: Tensor, var: Tensor, values: int) -> None:
@@ -230,6 +262,39 @@ class EpisodicBatchNorm2d(nn.Module):
             f"track_running_stats={self.track_running_stats}, eval_batch_norm={self.eval_batch_norm!r}, "
             f"sync_running_stats={self.sync_running_stats}"
         )
+
+
+def _variance(invstd: Tensor, eps: float) -> Tensor:
+    """The biased variance behind a batch norm's saved ``1 / sqrt(var + eps)`` (in float64: no cancellation)."""
+    return (invstd.double().pow(-2) - eps).clamp_min(0).to(invstd.dtype)
+
+
+@contextmanager
+def deferred_running_stats(module: nn.Module) -> Iterator[None]:
+    """Inside, the training batch norms of ``module`` keep their episodes' statistics; on leaving, each updates its
+    running buffers once, with all of them in the order they came, as if the episodes had been forwarded together.
+
+    A backbone that embeds a batch one episode at a time (on a CPU) wraps its loop in this, so the buffers and the
+    DDP gather (one per layer and step, in the global batch order) are those of the batched forward. Nothing is
+    updated if the block raises.
+    """
+    norms = [m for m in module.modules() if isinstance(m, EpisodicBatchNorm2d) and m._pending is None]
+    for norm in norms:
+        norm._pending = []
+    try:
+        yield
+        for norm in norms:
+            pending = norm._pending
+            if pending:
+                values = {v for _, _, v in pending}
+                if len(values) != 1:
+                    raise ValueError(f"episodes of different sizes ({sorted(values)}) in one batch")
+                means, variances, _ = zip(*pending, strict=True)
+                norm._pending = None
+                norm._update_running_stats(torch.cat(means), torch.cat(variances), values.pop())
+    finally:
+        for norm in norms:
+            norm._pending = None
 
 
 def _gather_in_rank_order(mean: Tensor, var: Tensor) -> tuple[Tensor, Tensor]:

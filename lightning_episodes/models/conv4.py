@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from lightning_episodes.models.base import EpisodicBackbone, check_positive, no_layer_in_training
+from lightning_episodes.models.base import EpisodicBackbone, check_positive
 from lightning_episodes.models.batchnorm import EpisodicBatchNorm2d
 
 
@@ -93,9 +93,8 @@ class Conv4(EpisodicBackbone):
         )
 
     def embeds_episodes_apart(self) -> bool:
-        """True unless a batch norm trains (scoring keeps them out of training: per-episode statistics, no buffer
-        updated)."""
-        return no_layer_in_training(self, (EpisodicBatchNorm2d,))
+        """True: conv4 has no layer that mixes episodes or draws random numbers."""
+        return True
 
     def embed(self, images: Tensor, episodes: int) -> Tensor:
         x = images

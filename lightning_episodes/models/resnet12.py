@@ -8,7 +8,7 @@ from typing import Any
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from lightning_episodes.models.base import EpisodicBackbone, check_positive, no_layer_in_training
+from lightning_episodes.models.base import EpisodicBackbone, check_positive
 from lightning_episodes.models.batchnorm import EpisodicBatchNorm2d
 from lightning_episodes.models.dropblock import DropBlock
 
@@ -162,8 +162,11 @@ class ResNet12(EpisodicBackbone):
                 nn.init.kaiming_normal_(module.weight, mode="fan_out", nonlinearity="leaky_relu")
 
     def embeds_episodes_apart(self) -> bool:
-        """True unless a batch norm, dropout or DropBlock trains."""
-        return no_layer_in_training(self, (EpisodicBatchNorm2d, DropBlock, ResidualBlock))
+        """True unless a dropout or DropBlock trains (they draw random numbers; DropBlock also counts forwards)."""
+        drops = [
+            b for b in self.blocks if isinstance(b, ResidualBlock) and (b.drop_rate > 0 or b.dropblock is not None)
+        ]
+        return not any(block.training for block in drops)
 
     def embed(self, images: Tensor, episodes: int) -> Tensor:
         x = images

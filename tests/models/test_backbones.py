@@ -182,27 +182,49 @@ def test_without_autograd_on_a_cpu_episodes_embed_one_at_a_time_to_the_same_bits
         with context():
             ours, theirs = backbone(images), together(images)
         assert torch.equal(ours, theirs)
-    # ResNet-12's dropout and DropBlock layers train in the scoring state: they draw random numbers, so its episodes
-    # stay together there; Conv4 has none
-    # channels_last composes its per-episode batch norm from other kernels than one episode's fused one: together
-    one_at_a_time = (state != "scoring" or name == "conv4") and not channels_last
-    assert apart.calls == ([1] * EPISODES if one_at_a_time else [EPISODES]) * 2
+    assert apart.calls == [1] * EPISODES * 2  # no layer draws random numbers (drop rate 0)
     assert batched.calls == [EPISODES] * 2
 
 
 @pytest.mark.parametrize("name", BACKBONES)
-def test_with_autograd_or_a_training_batch_norm_the_episodes_embed_together(
-    name: str, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_training_forwards_on_a_cpu_embed_one_episode_at_a_time_as_the_batch_would(
+    name: str, channels_last: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Training forwards are untouched: a batch's weight gradients would sum in another order one episode at a time,
-    and a training batch norm updates its running statistics once for the batch."""
+    """With autograd and training batch norms, a CPU embeds one episode at a time: the batched forward's features,
+    parameter gradients and running statistics (updated once, in the batch's order), up to float rounding."""
+    torch.manual_seed(0)
     backbone = BACKBONES[name]()
-    counted = Batched(backbone, monkeypatch)
-    images = _images()
-    backbone.eval()
-    backbone(images)  # autograd on
     backbone.train()
-    with torch.no_grad():
-        backbone(images)  # batch norms training
+    backbone.channels_last = channels_last
+    if channels_last:
+        backbone.to(memory_format=torch.channels_last)
+    together = copy.deepcopy(backbone)
+    apart, batched = Batched(backbone, monkeypatch), Batched(together, monkeypatch, together=True)
+    images = _images()
+    ours, theirs = backbone(images), together(images)
+    torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-5)
+    ours.square().sum().backward()
+    theirs.square().sum().backward()
+    for (key, mine), other in zip(backbone.named_parameters(), together.parameters(), strict=True):
+        assert mine.grad is not None
+        assert other.grad is not None
+        # the weight gradients sum over the episodes in another order: rounding relative to the largest entry
+        scale = float(other.grad.abs().max())
+        torch.testing.assert_close(mine.grad, other.grad, rtol=1e-5, atol=1e-5 * max(scale, 1.0), msg=key)
+    _assert_same_state(backbone, together)
+    assert (apart.calls, batched.calls) == ([1] * EPISODES, [EPISODES])
     backbone(images[0])  # one episode, 4-D
-    assert counted.calls == [EPISODES, EPISODES, 1]
+    assert apart.calls[-1] == 1
+
+
+def test_a_dropout_in_training_keeps_the_episodes_together(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Dropout draws its masks for the batch: one episode at a time would draw other ones."""
+    backbone = ResNet12(in_channels=3, widths=(4, 8, 8, 16), drop_rate=0.1)
+    counted = Batched(backbone, monkeypatch)
+    backbone.train()
+    backbone(_images())
+    backbone.eval()
+    with torch.no_grad():
+        backbone(_images())
+    assert counted.calls == [EPISODES] + [1] * EPISODES
