@@ -99,8 +99,9 @@ class DifficultyWeightingCallback(Callback):
         out_of_support: ``"zero"``: weight 0 outside ``S``; ``"clamp"``: evaluate at the nearest end of ``S``.
         normalization: ``"ess"`` (``sum w L / ESS``, the paper's), ``"self"`` (``sum w L / sum w``),
             ``"truncated"`` (weights capped at ``mean(w) sqrt(|B|)``, then self), ``"psis"`` (Pareto-smoothed
-            tail, then self), ``"running"`` (``sum w L / D``, ``D`` a moving average of ``sum w``) or a name
-            registered with :func:`~lightning_episodes.weighting.register_normalizer`.
+            tail, then self), ``"running"`` (``sum w L / D``, ``D`` a moving average of ``sum w``), ``"scale"``
+            (``(sum w / ESS) mean(L)``: the paper's step scale alone, every episode weighted 1) or a name registered
+            with :func:`~lightning_episodes.weighting.register_normalizer`.
         update: ``"episode"`` or ``"batch"``: how the normal/log-normal online estimate absorbs a step.
         estimate: ``"online"`` or ``"offline"``.
         proposal: the model ``q`` of the difficulties: ``"normal"``, ``"lognormal"``, ``"empirical"`` or a name

@@ -9,7 +9,9 @@ the same result) to an :class:`~lightning_episodes.weighting.EpisodeWeights` for
 - ``truncated``: weights capped at ``mean(w) sqrt(|B|)`` (Ionides, JCGS 2008), then self-normalised;
 - ``psis``: the largest weights replaced by quantiles of a generalised Pareto fitted to the tail of the last
   ``window`` weights (Vehtari et al., JMLR 2024), then self-normalised;
-- ``running``: ``sum w L / D`` with ``D`` an exponential moving average of the global ``sum w``.
+- ``running``: ``sum w L / D`` with ``D`` an exponential moving average of the global ``sum w``;
+- ``scale``: the study's scale-only arm, ``(sum w / ESS) mean(L)``: the step's loss scaled by the factor the paper's
+  normalisation gives these weights, with every episode weighted 1 (no aim, no spread).
 
 :meth:`Normalizer.normalize` reads the state without changing it; :meth:`Normalizer.update` commits the step.
 :func:`register_normalizer` adds one under a name that configs can use.
@@ -36,6 +38,7 @@ __all__ = [
     "Normalizer",
     "ParetoSmoothedNormalizer",
     "RunningNormalizer",
+    "ScaleOnlyNormalizer",
     "SelfNormalizer",
     "TruncatedNormalizer",
     "available_normalizers",
@@ -135,7 +138,9 @@ class Normalizer(ABC):
 
 #: the built-in normalisers: the paper's first
 NORMALIZER_REGISTRY: Final[Registry[type[Normalizer]]] = Registry(
-    "normalization", subclass_of("normalization", Normalizer), ("ess", "self", "truncated", "psis", "running")
+    "normalization",
+    subclass_of("normalization", Normalizer),
+    ("ess", "self", "truncated", "psis", "running", "scale"),
 )
 
 
@@ -232,11 +237,30 @@ class RunningNormalizer(Normalizer):
         self.average = None if state.get("average") is None else float(state["average"])
 
 
+class ScaleOnlyNormalizer(Normalizer):
+    """``scale``: ``f mean(L)`` with ``f = sum w / ESS = sum w^2 / sum w`` of the step's global weights; no state.
+
+    The study's control that keeps only the loss's step-to-step scale of the paper's estimator (``sum w L / ESS =
+    f sum w L / sum w``): every episode weighs 1, so the weights' aim and their spread within the step are gone, and
+    the step's loss is the plain mean scaled by the factor the weights would have given it. Written as ``sum 1 L / D``
+    with ``D = |B| / f``; a step whose weights sum to 0 is skipped, as under ``ess``.
+    """
+
+    def normalize(self, weights: Tensor) -> EpisodeWeights:
+        w = weights.detach().to(stat_dtype(weights.device))
+        w = torch.where(torch.isfinite(w) & (w > 0), w, 0.0)
+        s1, s2 = w.sum(), (w * w).sum()
+        # D = |B| s1 / s2 (0, a skipped step, when every weight is 0), without a host read
+        denominator = torch.where(s2 > 0, weights.numel() * s1 / torch.where(s2 > 0, s2, 1.0), 0.0)
+        return EpisodeWeights(torch.ones_like(weights), "denominator", denominator)
+
+
 NORMALIZER_REGISTRY.builtin("ess", ESSNormalizer)
 NORMALIZER_REGISTRY.builtin("self", SelfNormalizer)
 NORMALIZER_REGISTRY.builtin("truncated", TruncatedNormalizer)
 NORMALIZER_REGISTRY.builtin("psis", ParetoSmoothedNormalizer)
 NORMALIZER_REGISTRY.builtin("running", RunningNormalizer)
+NORMALIZER_REGISTRY.builtin("scale", ScaleOnlyNormalizer)
 
 _NormalizerClass = type[Normalizer]
 
@@ -258,7 +282,7 @@ def register_normalizer(
 
 def available_normalizers() -> tuple[str, ...]:
     """The names :func:`make_normalizer` accepts: the built-in ``ess``, ``self``, ``truncated``, ``psis``,
-    ``running``, then registered ones in registration order."""
+    ``running``, ``scale``, then registered ones in registration order."""
     return NORMALIZER_REGISTRY.names()
 
 

@@ -42,6 +42,7 @@ class Probe(DifficultyWeightingCallback):
             {
                 "step": step.step,
                 "weights": step.weights.clone(),
+                "raw_weights": step.raw_weights.clone() if step.raw_weights is not None else step.weights.clone(),
                 "difficulties": step.difficulties.clone(),
                 "mu": self.mu,  # after the step's update
                 "variance": self.sigma**2,
@@ -116,12 +117,13 @@ def test_two_processes_match_one(tmp_path: Path, reference: Path, case: str) -> 
     deviations: dict[str, float] = {}
     for ours, theirs in zip(double[0]["records"], single["records"], strict=True):
         assert ours["step"] == theirs["step"]
-        for key in ("weights", "difficulties", "grad", "mu", "variance"):
+        for key in ("weights", "raw_weights", "difficulties", "grad", "mu", "variance"):
             a, b = (torch.as_tensor(x, dtype=torch.float64) for x in (ours[key], theirs[key]))
             deviation = float((a - b).norm() / b.norm())  # relative, over the whole vector
             assert deviation < 1e-10, f"{key} at step {ours['step']}: {deviation}"
             deviations[key] = max(deviations.get(key, 0.0), deviation)
     post_warmup = [r for r in single["records"] if r["step"] >= (0 if case == "offline" else WARMUP)]
     assert post_warmup
-    assert any(not torch.equal(r["weights"], torch.ones_like(r["weights"])) for r in post_warmup)
+    # the raw weights p / q (the scale-only normaliser trains every episode with weight 1, scaled by their sum w / ESS)
+    assert any(not torch.equal(r["raw_weights"], torch.ones_like(r["raw_weights"])) for r in post_warmup)
     print(f"\n{case}: largest relative deviation, 2 processes vs 1: {deviations}")

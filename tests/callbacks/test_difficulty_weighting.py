@@ -125,7 +125,10 @@ def test_state_key_is_literal_and_shared_by_subclasses() -> None:
         ({"estimate": "oracle"}, r"estimate must be one of \['online', 'offline'\]"),
         ({"estimate": "offline"}, "estimate='offline' needs reference_checkpoint"),
         ({"estimate": "offline", "reference_checkpoint": "x.ckpt", "offline_episodes": 1}, "offline_episodes"),
-        ({"normalization": "clip"}, r"normalization must be one of \['ess', 'self', 'truncated', 'psis', 'running'\]"),
+        (
+            {"normalization": "clip"},
+            r"normalization must be one of \['ess', 'self', 'truncated', 'psis', 'running', 'scale'\]",
+        ),
         ({"window": 5}, "window must be an integer >= 10"),
         ({"running_decay": 1.0}, r"running_decay must be a number in \[0, 1\)"),
         ({"shuffle_weights": "yes"}, "shuffle_weights must be true or false"),

@@ -79,6 +79,7 @@ OWN = {
     "uniform_online_placebo": {"shuffle_weights": True},
     "uniform_online_psis": {"normalization": "psis"},
     "uniform_online_self": {"normalization": "self"},
+    "uniform_online_scale": {"normalization": "scale"},
     "uniform_resample": {"mode": "resample"},
     "uniform_resample_placebo": {"mode": "resample", "shuffle_weights": True},
 }

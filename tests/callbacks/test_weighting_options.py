@@ -90,6 +90,9 @@ def test_each_normaliser_gives_the_loss_of_its_formula(proposal: str, normalizat
             expected = float((w * d).sum() / ((w.sum() ** 2) / (w * w).sum()))
         elif normalization == "running":
             expected = float((w * d).sum() / average)
+        elif normalization == "scale":
+            assert torch.equal(w, torch.ones_like(w))
+            expected = float((raw * raw).sum() / raw.sum() * d.mean())  # (sum w / ESS) mean(L), w the raw weights
         else:
             expected = float((w * d).sum() / w.sum())
         assert float(loss) == pytest.approx(expected, rel=1e-5), step.step
@@ -241,7 +244,7 @@ def test_the_console_script_takes_the_new_options(tmp_path: Path) -> None:
     ("option", "value", "message"),
     [
         ("proposal", "online", r"proposal.*'normal', 'lognormal', 'empirical'"),
-        ("normalization", "clip", r"normalization.*'ess', 'self', 'truncated', 'psis', 'running'"),
+        ("normalization", "clip", r"normalization.*'ess', 'self', 'truncated', 'psis', 'running', 'scale'"),
         ("window", "3", r"window must be an integer >= 10"),
     ],
 )

@@ -48,6 +48,11 @@ def _running(_: list[torch.Tensor], every: list[torch.Tensor], w: torch.Tensor, 
     return float((w * losses).sum()) / average
 
 
+def _scale(_: list[torch.Tensor], __: list[torch.Tensor], w: torch.Tensor, losses: torch.Tensor) -> float:
+    # the paper's factor sum w / ESS = sum w^2 / sum w times the plain mean
+    return float((w * w).sum() / w.sum() * losses.mean())
+
+
 def _batch(_: list[torch.Tensor], __: list[torch.Tensor], w: torch.Tensor, losses: torch.Tensor) -> float:
     return float((w * losses).sum()) / w.numel()
 
@@ -60,6 +65,7 @@ ROWS = [
         ("truncated", _truncated),
         ("psis", _psis),
         ("running", _running),
+        ("scale", _scale),
         (extensions.NORMALIZER, _batch),
     )
 ]
@@ -70,7 +76,7 @@ pytestmark = pytest.mark.usefixtures("registered_extensions")  # tests/weighting
 
 def test_every_registered_normaliser_has_a_row_and_the_library_order() -> None:
     assert set(available_normalizers()) == {row.normalizer for row in ROWS}
-    assert available_normalizers()[:5] == ("ess", "self", "truncated", "psis", "running")
+    assert available_normalizers()[:6] == ("ess", "self", "truncated", "psis", "running", "scale")
 
 
 @pytest.mark.parametrize(("row", "check"), contract_params(ROWS, NORMALIZER_CHECKS))

@@ -102,6 +102,26 @@ def test_running_normalizer_is_an_exponential_average_of_sum_w() -> None:
     assert out.loss.item() == pytest.approx((0.5 * 1 + 0.5 * 2 + 9.0 * 3) / 7.0, rel=1e-6)
 
 
+def test_scale_only_is_the_plain_mean_times_the_papers_factor() -> None:
+    """Hand-computed: w = (1, 1, 2) gives sum w / ESS = (1 + 1 + 4) / 4 = 1.5; losses (1, 2, 3) have mean 2: loss 3."""
+    w, losses = torch.tensor([1.0, 1.0, 2.0]), torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    step = make_normalizer("scale").normalize(w)
+    assert step.weights.tolist() == [1.0, 1.0, 1.0]  # no aim, no spread
+    out = weighted_loss(losses, step.weights, step.divisor, denominator=step.denominator)
+    assert float(out.loss) == pytest.approx(3.0)
+    (grad,) = torch.autograd.grad(out.loss, losses)
+    assert grad.tolist() == pytest.approx([0.5, 0.5, 0.5])  # 1.5 / 3 for every episode
+    # the paper's loss on the same step is the self-normalised estimate times the same factor
+    paper = weighted_loss(losses, w).loss
+    assert float(paper) == pytest.approx(1.5 * (1 + 2 + 6) / 4)
+    # weights all 1: the plain mean; all 4: four times it, as the paper's loss gives; all 0: skipped, as under ess
+    cases = ((torch.ones(3), 2.0, False), (torch.full((3,), 4.0), 8.0, False), (torch.zeros(3), 0.0, True))
+    for weights, expected, skipped in cases:
+        step = make_normalizer("scale").normalize(weights)
+        out = weighted_loss(losses, step.weights, step.divisor, denominator=step.denominator)
+        assert (float(out.loss), bool(out.skipped)) == (pytest.approx(expected), skipped)
+
+
 def test_fixed_denominator_is_validated() -> None:
     losses, weights = torch.ones(3), torch.ones(3)
     with pytest.raises(ValueError, match="denominator must be given exactly for divisor='denominator'"):
