@@ -42,10 +42,27 @@ __all__ = [
     "EpisodicModule",
     "WeightingStrategy",
     "check_choice",
+    "check_learning_rate",
     "check_min",
     "default_optimizer",
     "logger_writes",
 ]
+
+
+def check_learning_rate(optimizer: OptimizerCallable) -> None:
+    """Refuse an optimiser factory whose learning rate is not > 0, built on a probe parameter: at lr 0 the model never
+    changes, and a test after the fit would record an untrained model's accuracy as the run's.
+
+    Raises:
+        ValueError: ``model.optimizer.lr must be > 0, got 0.0``.
+    """
+    try:
+        built = optimizer([nn.Parameter(torch.zeros(1))])
+    except Exception:  # another fault (lr -1, a wrong argument) is reported where it is built, by its option
+        return
+    for group in built.param_groups:
+        if "lr" in group:
+            check_min("optimizer.lr", float(group["lr"]), 0, inclusive=False)
 
 
 class EpisodicModule(EpisodicEvaluation):
@@ -99,8 +116,9 @@ class EpisodicModule(EpisodicEvaluation):
             Default: None.
 
     Raises:
-        ValueError: on an unknown ``eval_batch_norm``, backbone or ``drop_head``, a class path that is not an
-            ``nn.Module`` class, or an image too small for the backbone; when fitting starts, on ``cuda_graphs`` where
+        ValueError: on an unknown ``eval_batch_norm``, backbone or ``drop_head``, an ``optimizer`` whose learning rate
+            is not > 0, a class path that is not an ``nn.Module`` class, or an image too small for the backbone; when
+            fitting starts, on ``cuda_graphs`` where
             the step cannot be captured, or ``backbone_weights`` that do not fit the backbone.
     """
 
@@ -129,6 +147,7 @@ class EpisodicModule(EpisodicEvaluation):
         # every __init__ argument of the subclasses too (Lightning reads their frames); a module is recorded below
         ignore = ["optimizer", "lr_scheduler", *(["backbone"] if isinstance(backbone, nn.Module) else [])]
         self.save_hyperparameters(ignore=ignore)
+        check_learning_rate(optimizer)
         self.optimizer, self.lr_scheduler = optimizer, lr_scheduler
         self.eval_batch_norm = eval_batch_norm
         self.channels_last, self.compile_backbone, self.cuda_graphs = channels_last, compile_backbone, cuda_graphs

@@ -120,11 +120,15 @@ def nonfinite_report(module: nn.Module, flags: list[bool], grads: dict[str, Tens
 
 def check_finite(module: pl.LightningModule, stage: str, outputs: Tensor | None = None) -> None:
     """Raise :class:`NonFiniteError` if the parameters, the floating-point buffers (batch-norm statistics) of
-    ``module`` or the evaluated ``outputs`` flag hold NaN or inf on any rank. A collective (a sum over the ranks of
-    the module's Trainer): every rank calls it and every rank raises."""
+    ``module`` or the evaluated ``outputs`` flag hold NaN or inf on any rank. In a Trainer, a collective (a sum over
+    the ranks of the module's Trainer): every rank calls it and every rank raises; outside one (a tool scoring a
+    checkpoint), this process's tensors alone."""
     outputs = torch.zeros((), device=module.device) if outputs is None else outputs.to(module.device)
     flags = torch.cat([nonfinite_flags(module)[1:], outputs.reshape(1)])
-    bad = [flag > 0 for flag in module.trainer.strategy.reduce(flags, reduce_op="sum").tolist()]
+    trainer = module._trainer  # the `trainer` property raises outside a Trainer
+    if trainer is not None:
+        flags = trainer.strategy.reduce(flags, reduce_op="sum")
+    bad = [flag > 0 for flag in flags.tolist()]
     if any(bad):
         what = nonfinite_report(module, [False, *bad[:2]]) if any(bad[:2]) else "non-finite losses or accuracies"
         raise NonFiniteError(

@@ -2,9 +2,9 @@
 
 A run's table column names its benchmark (dataset, backbone, ways, shots); runs of one benchmark trained under
 different protocols (learning rate or its schedule, optimiser, backbone width, steps, queries, batch of episodes,
-validation) are different columns. :func:`protocol_of` reads the protocol from the run's ``config.yaml`` (or, without
-one, from its record), and :func:`distinguishing_settings` names, for each protocol of a benchmark, the settings in
-which it differs from the others: what a column label adds.
+validation, precision) are different columns. :func:`protocol_of` reads the protocol from the run's ``config.yaml``
+(or, without one, from its record), and :func:`distinguishing_settings` names, for each protocol of a benchmark, the
+settings in which it differs from the others: what a column label adds.
 """
 
 from __future__ import annotations
@@ -13,7 +13,9 @@ import re
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-__all__ = ["Protocol", "class_word", "distinguishing_settings", "protocol_of"]
+from lightning_episodes.evaluation.record import DEFAULT_PRECISION
+
+__all__ = ["Protocol", "class_word", "distinguishing_settings", "precision", "protocol_of"]
 
 #: ``(setting, value)`` pairs, sorted: a hashable description of how a run was trained.
 Protocol = tuple[tuple[str, str], ...]
@@ -30,11 +32,15 @@ _ADDED = {"data.train_images_per_class": None, "model.backbone_weights": None, "
 _DATA_ROW = frozenset({"task_sampler"})
 #: model settings that change speed or memory, not the numbers (beyond rounding)
 _MODEL_IGNORED = frozenset({"channels_last", "compile_backbone", "cuda_graphs"})
-#: the Trainer's settings that change what is trained or which checkpoint is tested
+#: the Trainer's settings that change what is trained or which checkpoint is tested (its precision: :func:`precision`)
 _TRAINER_KEPT = (
-    "max_steps", "max_epochs", "accumulate_grad_batches", "precision", "gradient_clip_val", "gradient_clip_algorithm",
+    "max_steps", "max_epochs", "accumulate_grad_batches", "gradient_clip_val", "gradient_clip_algorithm",
     "val_check_interval", "check_val_every_n_epoch", "limit_train_batches", "limit_val_batches",
 )  # fmt: skip
+#: Lightning's short names of its precisions (``precision: 32`` in a config is ``32-true``)
+_PRECISION_ALIASES = {"64": "64-true", "32": "32-true", "16": "16-mixed", "bf16": "bf16-mixed"}
+#: settings a protocol leaves out at their default, which a label names: ``precision=32-true``, not ``precision=–``
+_LEFT_OUT = {"trainer.precision": DEFAULT_PRECISION}
 
 
 def _compact(value: Any) -> str:
@@ -104,11 +110,30 @@ def _in_protocol(setting: str, value: Any) -> bool:
     return name not in (_DATA_IGNORED | _DATA_ROW if section == "data" else _MODEL_IGNORED)
 
 
+def precision(config: Mapping[str, Any] | None, record: Mapping[str, Any]) -> str:
+    """The precision a run was tested in, as Lightning names it (``32-true``, ``bf16-mixed``): its record's (what the
+    Trainer ran), else its config's ``trainer.precision`` (a short name, ``bf16``, in full), else Lightning's default
+    :data:`~lightning_episodes.evaluation.record.DEFAULT_PRECISION` (an older record, a config that leaves it unset).
+
+    Example::
+
+        >>> precision({"trainer": {"precision": "bf16"}}, {}), precision(None, {})
+        ('bf16-mixed', '32-true')
+    """
+    environment = record.get("environment")
+    value = environment.get("precision") if isinstance(environment, Mapping) else None
+    trainer = (config or {}).get("trainer")
+    if value is None and isinstance(trainer, Mapping):
+        value = trainer.get("precision")
+    text = DEFAULT_PRECISION if value is None else str(value)
+    return _PRECISION_ALIASES.get(text, text)
+
+
 def protocol_of(config: Mapping[str, Any] | None, record: Mapping[str, Any]) -> Protocol:
     """How the run was trained, from its LightningCLI ``config`` (every model and data argument but the seeds, the
-    speed-only ones and a newer setting at what older runs did, and the Trainer's length, precision, clipping and
-    validation), or, without a config, from the scalar ``hparams`` and ``data`` of its ``record``. The sampling
-    callback is not part of it (it is the row)."""
+    speed-only ones and a newer setting at what older runs did, and the Trainer's length, clipping and validation),
+    or, without a config, from the scalar ``hparams`` and ``data`` of its ``record``; with either, its
+    :func:`precision` unless it is the default ``32-true``. The sampling callback is not part of it (it is the row)."""
     settings: dict[str, str] = {}
     if config:
         model, data, trainer = (config.get(section) or {} for section in ("model", "data", "trainer"))
@@ -123,6 +148,9 @@ def protocol_of(config: Mapping[str, Any] | None, record: Mapping[str, Any]) -> 
         items = [(k, v) for k, v in items if _in_protocol(k, v)]
     for key, value in items:
         settings.update(_settings(key, value))
+    # added after runs were recorded, as _ADDED's: at the default, what every older run did, it is left out
+    if (tested := precision(config, record)) != DEFAULT_PRECISION:
+        settings["trainer.precision"] = tested
     return tuple(sorted(settings.items()))
 
 
@@ -169,7 +197,8 @@ def _label(table: Mapping[str, str], tables: Sequence[Mapping[str, str]], words:
     parts = []
     for top, arguments in shown.items():
         inner = ", ".join(f"{key[len(top) + 1 :]}={_text(table.get(key), words)}" for key in arguments)
-        parts.append(f"{top.split('.', 1)[-1]}={_text(table.get(top), words)}" + (f"({inner})" if inner else ""))
+        value = table.get(top, _LEFT_OUT.get(top))
+        parts.append(f"{top.split('.', 1)[-1]}={_text(value, words)}" + (f"({inner})" if inner else ""))
     return ", ".join(parts)
 
 

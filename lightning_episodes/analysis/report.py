@@ -49,11 +49,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from scipy import stats
 
 from lightning_episodes.analysis.protocols import Protocol, distinguishing_settings, protocol_of
-from lightning_episodes.evaluation.record import CONFIG_FILE, LEGACY_SAMPLING_DEFAULTS, RESULTS_FILE
+from lightning_episodes.evaluation.record import CONFIG_FILE, LEGACY_SAMPLING_DEFAULTS, RESULTS_FILE, read_record
 from lightning_episodes.weighting import available_targets  # rows in the paper's order of targets
 
 BoldWithin = Literal["column", "scenario"]
@@ -188,6 +187,8 @@ class RunResult:
     validation: tuple[tuple[int, float], ...] = ()
     #: the package versions the record was made with (``(name, version)``, sorted; older records: empty)
     versions: tuple[tuple[str, str], ...] = ()
+    #: where it was made: the fields of :data:`MADE_ON` its record carries (``(name, value)``; older records: fewer)
+    made_on: tuple[tuple[str, str], ...] = ()
 
     @property
     def best_validation(self) -> tuple[int, float] | None:
@@ -310,14 +311,11 @@ def read_result(path: str | Path) -> RunResult:
     """Read one ``test_results.json`` and, beside it, the run's ``config.yaml``.
 
     Raises:
-        ValueError: if the file is not a test record (no ``accuracy`` or ``ci95``).
+        ~lightning_episodes.evaluation.record.UnreadableRecord: (a ``ValueError``) naming the file, if it or its
+            config cannot be read, or it is not a test record (no numbers ``accuracy`` and ``ci95``).
     """
     path = Path(path)
-    record = json.loads(path.read_text())
-    if not isinstance(record, dict) or not {"accuracy", "ci95"} <= set(record):
-        raise ValueError(f"{path} is not a test record: it needs 'accuracy' and 'ci95'")
-    config_path = path.with_name(CONFIG_FILE)
-    config = (yaml.safe_load(config_path.read_text()) or {}) if config_path.is_file() else None
+    record, config = read_record(path)
     sampling = record.get("sampling")
     scheme: Scheme
     if isinstance(sampling, dict):
@@ -337,6 +335,8 @@ def read_result(path: str | Path) -> RunResult:
         target, estimate, options = scheme
         scheme = (target, estimate, tuple(sorted((*options, (TASK_SAMPLER, str(data["task_sampler"]))))))
     seed = record.get("seed", (config or {}).get("seed_everything"))
+    made = record.get("environment")
+    made = made if isinstance(made, dict) else {}
     column = Column(
         dataset=str(data.get("dataset", "?")),
         backbone=_backbone_name(record.get("hparams", {}).get("backbone", "?")),
@@ -354,14 +354,15 @@ def read_result(path: str | Path) -> RunResult:
         seed=None if isinstance(seed, bool) or seed is None else (seed, data.get("seed")),
         validation=tuple((int(step), float(accuracy)) for step, accuracy in record.get("validation") or []),
         protocol=protocol_of(config, record),
-        versions=tuple(
-            sorted((str(k), str(v)) for k, v in (record.get("environment") or {}).items() if k not in _WHERE)
-        ),
+        versions=tuple(sorted((str(k), str(v)) for k, v in made.items() if k not in (*MADE_ON, "precision"))),
+        made_on=tuple((key, str(made[key])) for key in MADE_ON if key in made),
     )
 
 
-#: the fields of a record's ``environment`` that say where it ran, not with what
-_WHERE = frozenset({"cpu", "device"})
+#: The fields of a record's ``environment`` that say where it ran (the processor), not with which versions; its
+#: ``precision`` says how: a setting of its training protocol, read by
+#: :func:`~lightning_episodes.analysis.protocols.protocol_of`.
+MADE_ON = ("cpu", "cpu_flags", "accelerator", "device")
 
 
 def mixed_versions(results: Iterable[RunResult]) -> str | None:

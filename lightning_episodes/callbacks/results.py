@@ -142,7 +142,7 @@ class TestResultsWriter(Callback):
             sampling=sampling_record(trainer),
             sampling_defaults=sampling_defaults(trainer),
             weighted_steps=weighted_steps(trainer),
-            made_with=environment(trainer.strategy.root_device),
+            made_with=environment(trainer.strategy.root_device, trainer.precision),
             trained_on=getattr(pl_module, "trained_on", None),
             validation=validation_record(TestResultsWriter._writer_of(trainer)),
         )

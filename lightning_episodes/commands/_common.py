@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -74,6 +75,33 @@ def add_allowed_modules_argument(parser: ArgumentParser) -> None:
     )
 
 
+def add_skip_unreadable_argument(parser: ArgumentParser) -> None:
+    parser.add_argument(
+        "--skip-unreadable",
+        "--skip_unreadable",  # the spelling of every other option
+        action="store_true",
+        help="leave out the test records that cannot be read (empty, corrupt), naming each under the table; without "
+        "it, such a record stops the command (exit status 2), so that no run drops out of the table silently",
+    )
+
+
+def refuse_unreadable(command: str, unreadable: Sequence[Exception]) -> int:
+    """Name each unreadable test record on stderr, one line each, and return the usage error's status, 2."""
+    for error in unreadable:
+        print(f"lightning-episodes {command}: error: {error} (--skip-unreadable leaves it out)", file=sys.stderr)
+    return 2
+
+
+def unreadable_note(unreadable: Sequence[Exception]) -> str:
+    """What a table printed with ``--skip-unreadable`` says under it: each record it left out, by its path and why
+    (``""`` when it left out none)."""
+    if not unreadable:
+        return ""
+    count = f"{len(unreadable)} test record{'s' if len(unreadable) > 1 else ''}"
+    heading = f"\nLeft out of this table (--skip-unreadable): {count} that cannot be read.\n"
+    return heading + "".join(f"- {error}\n" for error in unreadable)
+
+
 def available_devices() -> list[str]:
     """The device kinds this machine has: ``cpu``, and ``cuda`` and ``mps`` when available."""
     mps = getattr(torch.backends, "mps", None)
@@ -126,6 +154,4 @@ def check_positive(option: str, value: int | None) -> None:
 
 def arguments(argv: Sequence[str] | None) -> list[str]:
     """``argv``, or the console script's arguments after the command's name."""
-    import sys
-
     return sys.argv[2:] if argv is None else list(argv)

@@ -11,7 +11,7 @@ once, and the table cached there. The statistics are :func:`~lightning_episodes.
 
 from __future__ import annotations
 
-import json
+import itertools
 import math
 import re
 import sys
@@ -36,11 +36,14 @@ from lightning_episodes.analysis.report import (
 )
 from lightning_episodes.commands._common import (
     add_device_argument,
+    add_skip_unreadable_argument,
     arguments,
     check_positive,
     command_parser,
     probe_output,
+    refuse_unreadable,
     resolve_device,
+    unreadable_note,
 )
 from lightning_episodes.evaluation import (
     RESULTS_FILE,
@@ -49,6 +52,7 @@ from lightning_episodes.evaluation import (
     checkpoint_datamodule,
     score_episodes,
 )
+from lightning_episodes.evaluation.record import UnreadableRecord, read_record
 
 #: The legend printed under the Markdown table.
 LEGEND = (
@@ -90,7 +94,7 @@ def run_checkpoint(record_path: Path) -> Path:
     found = sorted(record_path.parent.glob("checkpoints/best-*.ckpt"), key=lambda p: p.stat().st_mtime)
     if not found:
         raise FileNotFoundError(f"no checkpoints/best-*.ckpt beside {record_path}")
-    tested = Path(str(json.loads(record_path.read_text()).get("ckpt_path") or "")).name
+    tested = Path(str(read_record(record_path)[0].get("ckpt_path") or "")).name
     return next((path for path in found if path.name == tested), found[-1])
 
 
@@ -108,12 +112,13 @@ def run_scores(
 
     Raises:
         FileNotFoundError: if the run has no best checkpoint.
+        UnreadableRecord: naming the record, if it cannot be read.
         ValueError: if the record names no episode count and ``count`` is not given.
     """
     from lightning_episodes.algorithms.loading import load_episodic_module
 
-    record = json.loads(record_path.read_text())
-    count = count or int(record.get("episodes") or 0)
+    tested = read_result(record_path)
+    count = count or tested.episodes
     if count < 1:
         raise ValueError(f"{record_path} records no test episodes: pass --episodes")
     cache = record_path.with_name(SCORES_FILE)
@@ -126,11 +131,11 @@ def run_scores(
         table.write(cache)
     accuracy = table.accuracy
     # the test metric's interval (EpisodeMeanCI): 1.96 sd / √n with ddof = 0
-    result = replace(read_result(record_path), accuracy=float(accuracy.mean()), episodes=len(table),
+    result = replace(tested, accuracy=float(accuracy.mean()), episodes=len(table),
                      ci95=1.96 * float(accuracy.std()) / math.sqrt(len(table)))  # fmt: skip
-    if count == record.get("episodes") and abs(result.accuracy - float(record["accuracy"])) > 1e-6:
+    if count == tested.episodes and abs(result.accuracy - tested.accuracy) > 1e-6:
         warnings.warn(
-            f"{cache}: the scored accuracy {result.accuracy:.6f} differs from the tested {record['accuracy']:.6f} "
+            f"{cache}: the scored accuracy {result.accuracy:.6f} differs from the tested {tested.accuracy:.6f} "
             "(another checkpoint, other data settings than the test run's, or another device's rounding?)",
             stacklevel=2,
         )
@@ -166,12 +171,35 @@ def _record_or_error(run_dir: Path) -> Path | FileNotFoundError:
         return error
 
 
+def _unreadable(records: Sequence[Path | FileNotFoundError]) -> list[UnreadableRecord]:
+    """The errors of those test ``records`` that cannot be read, in their order
+    (:func:`~lightning_episodes.evaluation.record.read_record`)."""
+    unreadable = []
+    for record in records:
+        try:
+            if isinstance(record, Path):
+                read_record(record)
+        except UnreadableRecord as error:
+            unreadable.append(error)
+    return unreadable
+
+
 #: ``--seeds tested``: each row over the seeds where both of its arms have a test record
 TESTED = "tested"
 
 
 class Untested(FileNotFoundError):
-    """With ``--seeds tested``: no seed of a scenario has both arms tested (its row is left out, said on stderr)."""
+    """With ``--seeds tested``, or ``--skip-unreadable``: no seed of a scenario has both arms tested, readably (its row
+    is left out, said on stderr)."""
+
+
+class UnreadableRecords(ValueError):
+    """The test records of a row that cannot be read (``records``: each an
+    :class:`~lightning_episodes.evaluation.record.UnreadableRecord`, naming its file)."""
+
+    def __init__(self, records: Sequence[UnreadableRecord]) -> None:
+        super().__init__("; ".join(map(str, records)))
+        self.records = list(records)
 
 
 def compare_scenario(
@@ -183,20 +211,27 @@ def compare_scenario(
     seeds: Sequence[int] | Literal["tested"] | None = None,
     baseline_from: Path | None = None,
     differing: Sequence[str] = (),
-) -> tuple[RunResult, list[str]]:
+    skip_unreadable: bool = False,
+) -> tuple[RunResult, list[str], list[UnreadableRecord]]:
     """One row of :func:`main`'s table: the scenario's first run (its benchmark and training protocol, which label
-    the row) and the row's other entries (both arms and their paired difference, over every ``seed<N>`` folder,
-    those of ``seeds``, or with ``seeds="tested"`` those where both arms have a test record).
+    the row), the row's other entries (both arms and their paired difference, over every ``seed<N>`` folder,
+    those of ``seeds``, or with ``seeds="tested"`` those where both arms have a test record), and the test records
+    it left out because they cannot be read (with ``skip_unreadable``).
 
     Args:
         baseline_from: another scenario folder whose ``seed<N>/<baseline>`` runs are the baseline arm (the same seeds
             as the scenario's), e.g. the same cell trained at another learning rate.
         differing: protocol settings (``model.optimizer.lr``, or a whole ``model.optimizer``) in which the baseline's
-            runs may differ from the treatment's; any other difference is still refused.
+            runs may differ from the treatment's; any other difference, their precision's included, is still refused.
+        skip_unreadable: leave out the seeds where an arm's test record cannot be read, instead of refusing them.
+
+    Warns:
+        UserWarning: in one line, when the row's runs were made on different processors (:func:`_same_processor`).
 
     Raises:
         FileNotFoundError: naming a missing seed or run folder, test record or checkpoint.
-        Untested: with ``"tested"``, when no seed has both arms tested.
+        UnreadableRecords: naming every test record of the row that cannot be read, unless ``skip_unreadable``.
+        Untested: with ``"tested"``, when no seed has both arms tested (or, with ``skip_unreadable``, readably).
         ValueError: if the runs test different scenarios or episodes or differ in a setting not in ``differing``, a
             name of ``differing`` is no setting of theirs, or a treatment run never weighted.
     """
@@ -208,6 +243,16 @@ def compare_scenario(
         arm: [_record_or_error(roots[arm] / seed.name / name) for seed in folders]
         for arm, name in (("baseline", baseline), ("treatment", treatment))
     }
+    unreadable = _unreadable([*found["baseline"], *found["treatment"]])
+    if unreadable and not skip_unreadable:
+        raise UnreadableRecords(unreadable)
+    left_out = {error.path for error in unreadable}
+    if left_out:  # --skip-unreadable: the seed pairs of those records are left out whole, named under the table
+        kept = [i for i in range(len(folders)) if not any(found[arm][i] in left_out for arm in found)]
+        if not kept:
+            raise Untested(f"{scenario}: no seed<N> folder holds both {baseline} and {treatment} readable")
+        folders = [folders[i] for i in kept]
+        found = {arm: [records[i] for i in kept] for arm, records in found.items()}
     tested = [i for i in range(len(folders)) if all(isinstance(found[arm][i], Path) for arm in found)]
     # a campaign part-way through: say which seeds can be compared
     complete = ",".join(folders[i].name[4:] for i in tested)
@@ -237,6 +282,7 @@ def compare_scenario(
         )
     first = arms["baseline"][1][0]
     algorithm = _check_protocols(scenario, arms["baseline"][1], arms["treatment"][1], differing)
+    _same_processor(scenario, [*arms["baseline"][1], *arms["treatment"][1]])
     try:
         difference = paired_difference(arms["baseline"][0], arms["treatment"][0])
     except ValueError as error:  # its tables are numbered in seed order
@@ -247,7 +293,7 @@ def compare_scenario(
     across = "–"
     if difference.seed_ci95 is not None and difference.seed_pvalue is not None:
         across = f"± {100 * difference.seed_ci95:.2f} (p {_pvalue(difference.seed_pvalue)})"
-    return first, [
+    entries = [
         algorithm,
         format_cell(combine(arms["baseline"][1])),
         format_cell(combine(arms["treatment"][1])),
@@ -257,6 +303,7 @@ def compare_scenario(
         across,
         str(difference.episodes),
     ]
+    return first, entries, unreadable
 
 
 def _check_protocols(
@@ -296,6 +343,28 @@ def _check_protocols(
     return f"{first.row.algorithm}; treatment {labels[0]}, baseline {labels[1]}"
 
 
+def _same_processor(scenario: Path, results: Sequence[RunResult]) -> None:
+    """Warn, in one line, when two runs of a row were made on different processors (CPU model, its instruction-set
+    extensions, accelerator: a record's ``made_on``): the same run rounds differently on them, so part of the arms'
+    difference may be the processors'. Older records, which name less, are compared on what both name."""
+    for ours, theirs in itertools.combinations(results, 2):
+        a, b = dict(ours.made_on), dict(theirs.made_on)
+        if any(a[key] != b[key] for key in a.keys() & b.keys()):
+            warnings.warn(
+                f"{scenario}: its runs were made on different processors: {ours.path} on {_processor(a)}, "
+                f"{theirs.path} on {_processor(b)} (a run rounds differently on each)",
+                stacklevel=3,
+            )
+            return
+
+
+def _processor(made_on: dict[str, str]) -> str:
+    """What a record names of where it was made: ``Intel(R) Xeon(R) Gold 6430 [avx2 avx512f] (cuda NVIDIA H200)``."""
+    text = made_on.get("cpu", "an unnamed CPU") + (f" [{made_on['cpu_flags']}]" if made_on.get("cpu_flags") else "")
+    where = " ".join(made_on[key] for key in ("accelerator", "device") if made_on.get(key))
+    return f"{text} ({where})" if where else text
+
+
 def _under(setting: str, name: str) -> bool:
     """Whether ``setting`` is ``name`` or one of its arguments (``model.optimizer.lr`` is under ``model.optimizer``)."""
     return setting == name or setting.startswith(f"{name}.")
@@ -325,7 +394,10 @@ DESCRIPTION = """\
 Paired per-episode test-accuracy difference of sampling schemes against a baseline, per scenario: each
 scenario folder holds seed<N>/<scheme>/ runs (as scripts/run_scenario.py lays them out); one Markdown row
 per scenario and treatment with each arm's accuracy over seeds and the paired difference with its interval
-and p-value, over test episodes and over seed pairs.
+and p-value, over test episodes and over seed pairs. Arms trained differently (in any setting, precision
+included) are refused unless --differing names the setting; runs made on different processors are warned
+about. A test record that cannot be read stops it, each such record named; --skip-unreadable leaves out the
+seeds of such records instead, naming each under the table.
 
 examples:
   lightning-episodes compare runs/study/glyphs_5w1s__protonet_euclidean_conv4 \\
@@ -370,6 +442,7 @@ def parser() -> Any:
         "[model.optimizer.lr]; any other difference is still refused",
     )
     parser.add_argument("--markdown", type=Path | None, default=None, help="also write the Markdown table here")
+    add_skip_unreadable_argument(parser)
     add_device_argument(parser)
     return parser
 
@@ -377,19 +450,22 @@ def parser() -> Any:
 def main(argv: Sequence[str] | None = None) -> int:
     """``lightning-episodes compare SCENARIO_DIR... [--baseline NAME] [--treatment NAME...] [--episodes N]
     [--seeds N...|tested] [--baseline-from SCENARIO_DIR] [--differing SETTING...] [--markdown PATH]
-    [--device DEVICE]``.
+    [--skip-unreadable] [--device DEVICE]``.
 
     For each scenario folder (``<scenario>/seed<N>/<scheme>_<proposal>/``, as ``scripts/run_scenario.py`` lays it
     out), reads each seed's per-episode test scores of both arms (``test_episodes.csv`` beside its
     ``test_results.json``, written by the test; for runs tested without one, the best checkpoint is scored on the
     test episodes and the table cached there) and prints one Markdown row per scenario and treatment: each arm's
     accuracy over seeds and the paired difference (treatment − baseline) with its interval, p-value, per-seed
-    differences and the interval over seed pairs.
+    differences and the interval over seed pairs. A test record that cannot be read stops it, every such record
+    named; with ``--skip-unreadable`` the seeds where an arm's record cannot be read are left out of their row, each
+    record named under the table. Runs made on different processors are said in a warning.
 
     Returns:
         0, or 2 (with the reason on stderr, a usage error as every command's) when a seed folder, run, test record or
-        checkpoint is missing, the runs do not score the same episodes or differ in a setting not named by
-        ``--differing``, or the treatment never weighted.
+        checkpoint is missing, a test record cannot be read (one line each, unless ``--skip-unreadable``), the runs
+        do not score the same episodes or differ in a setting not named by ``--differing`` (their precision
+        included), or the treatment never weighted.
 
     Raises:
         argparse.ArgumentError: for an unknown option or a value of the wrong type.
@@ -411,19 +487,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         "Per-seed differences (pp) | Across seeds (pp) | Episodes |",
         "|---|---|" + ("---|" if several else "") + "---:|---:|---:|---:|---|---:|---:|",
     ]
-    rows = []
+    rows, unreadable = [], []
     try:
         for scenario in args.scenarios:
             for treatment in treatments:
                 try:
-                    first, entries = compare_scenario(
+                    first, entries, skipped = compare_scenario(
                         scenario, args.baseline, treatment, args.episodes, device, args.seeds, args.baseline_from,
-                        args.differing,
+                        args.differing, args.skip_unreadable,
                     )  # fmt: skip
                 except Untested as untested:  # --seeds tested: a row only where both arms were tested
                     print(f"[compare] no row: {untested}", file=sys.stderr)
                     continue
+                except UnreadableRecords as error:  # every row's are named, not the first one's alone
+                    unreadable.extend(error.records)
+                    continue
+                unreadable.extend(skipped)
                 rows.append((treatment, first, entries))
+        # the baseline's records are every treatment's: each named once
+        unreadable = list({error.path: error for error in unreadable}.values())
+        if unreadable and not args.skip_unreadable:
+            return refuse_unreadable("compare", unreadable)
         if not rows:
             raise FileNotFoundError(f"no scenario holds {args.baseline} and {' or '.join(treatments)} tested")
     except (FileNotFoundError, ValueError) as error:
@@ -433,7 +517,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for labelled, (treatment, _, entries) in zip(distinguish_protocols(row[1] for row in rows), rows, strict=True):
         named = [entries[0], treatment, *entries[1:]] if several else entries
         lines.append("| " + " | ".join([labelled.column.label, *named]) + " |")
-    markdown = "\n".join(lines) + "\n\n" + LEGEND + "\n"
+    markdown = "\n".join(lines) + "\n\n" + LEGEND + "\n" + unreadable_note(unreadable)
     print(markdown, end="")
     if args.markdown is not None:
         args.markdown.write_text(markdown)

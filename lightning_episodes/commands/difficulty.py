@@ -93,11 +93,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     Raises:
         argparse.ArgumentError: for an unknown option or a value of the wrong type.
-        ValueError: for a non-positive ``--episodes``, an unknown ``--device``, a broken checkpoint or invalid data
-            settings.
+        ValueError: for a non-positive ``--episodes``, an unknown ``--device``, a broken checkpoint, one whose
+            parameters or buffers hold NaN or inf, or invalid data settings.
         FileNotFoundError: if the checkpoint or a config does not exist.
     """
     from lightning_episodes.algorithms.loading import load_episodic_module
+    from lightning_episodes.algorithms.nonfinite import NonFiniteError, check_finite
 
     parser_ = parser()
     # `--data.init_args.KEY` (LightningCLI's spelling) is `--data.KEY`
@@ -111,6 +112,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     device = resolve_device(args.device)
     probe_output(args.output, "--output")
     module = load_episodic_module(args.ckpt_path, map_location=device, allowed_modules=args.allowed_modules)
+    try:  # the check `test` makes: a model with NaN or inf weights scores every episode alike, meaning nothing
+        check_finite(module, f"checkpoint {args.ckpt_path}")
+    except NonFiniteError as error:  # the user's file to replace, not a run that failed: a usage error, as predict's
+        raise ValueError(str(error)) from None
     overrides: dict[str, Any] = {}
     for config in args.config:
         overrides.update(data_section(config))

@@ -1,8 +1,9 @@
 """``lightning-episodes report RUN_DIRS... [--markdown PATH] [--csv PATH] [--bold-within column|scenario] [--plot
-FILE]``: the paper's results tables from the ``test_results.json`` files of test runs
+FILE] [--skip-unreadable]``: the paper's results tables from the ``test_results.json`` files of test runs
 (:mod:`lightning_episodes.analysis.report` says how runs become rows, columns and cells), then a line per run with
 its best validation step and whether it converged, and with ``--plot`` a figure of the arms and the runs'
-validation curves."""
+validation curves. A record that cannot be read stops it, named; ``--skip-unreadable`` leaves such records out and
+names them under the table."""
 
 from __future__ import annotations
 
@@ -12,8 +13,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from lightning_episodes.analysis.report import (
     BoldWithin,
     build_table,
@@ -22,14 +21,22 @@ from lightning_episodes.analysis.report import (
     read_result,
     runs_markdown,
 )
-from lightning_episodes.commands._common import arguments, command_parser, probe_output
-from lightning_episodes.evaluation.record import RESULTS_FILE
+from lightning_episodes.commands._common import (
+    add_skip_unreadable_argument,
+    arguments,
+    command_parser,
+    probe_output,
+    refuse_unreadable,
+    unreadable_note,
+)
+from lightning_episodes.evaluation.record import RESULTS_FILE, UnreadableRecord
 
 DESCRIPTION = """\
 Results tables in the paper's format from test runs: every test_results.json under the given folders, one
 row per algorithm and sampling scheme, one column per benchmark (where one algorithm was trained on a
 benchmark in several ways, each way is a column named by what differs: [lr_scheduler=cosine]), seeds
-combined; then a line per run with its best validation step.
+combined; then a line per run with its best validation step. A record that cannot be read (empty, corrupt)
+stops it, each such record named; --skip-unreadable leaves them out and names them under the table.
 
 example:
   lightning-episodes report runs/study --markdown table.md --plot study.png
@@ -56,6 +63,7 @@ def parser() -> Any:
         default=None,
         help="also draw each arm's test accuracy with its interval and each run's validation curve (PNG, PDF, SVG)",
     )
+    add_skip_unreadable_argument(parser)
     return parser
 
 
@@ -63,7 +71,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Print the Markdown table of the runs and write the requested files.
 
     Returns:
-        0, or 2 (a usage error, as every command's) when no result is found.
+        0, or 2 (a usage error, as every command's) when no result is found, or when a record cannot be read and
+        ``--skip-unreadable`` is not given (each such record named on stderr, one line each).
 
     Raises:
         argparse.ArgumentError: for an unknown option or a value of the wrong type.
@@ -72,17 +81,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     probe_output(args.markdown, "--markdown")
     probe_output(args.csv, "--csv")
     probe_output(args.plot, "--plot")
-    results = []
+    results, unreadable = [], []
     for path in find_results(args.runs):
         try:
             results.append(read_result(path))
-        except (ValueError, OSError, yaml.YAMLError) as error:
-            warnings.warn(f"skipping {path}: {error}", stacklevel=1)
+        except UnreadableRecord as error:
+            unreadable.append(error)
+    # a record left out silently takes its run out of its cell, and a baseline's its row and every † it gives
+    if unreadable and not args.skip_unreadable:
+        return refuse_unreadable("report", unreadable)
     if not results:
-        print(
-            f"lightning-episodes report: error: no {RESULTS_FILE} under {', '.join(map(str, args.runs))}",
-            file=sys.stderr,
-        )
+        found = f"no readable {RESULTS_FILE}" if unreadable else f"no {RESULTS_FILE}"
+        print(f"lightning-episodes report: error: {found} under {', '.join(map(str, args.runs))}", file=sys.stderr)
         return 2
     mixed = mixed_versions(results)
     if mixed is not None:
@@ -92,6 +102,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     runs = runs_markdown(results)
     if runs:  # the runs that recorded their validation curve: where each peaked, and whether it converged
         markdown += "\n" + runs
+    markdown += unreadable_note(unreadable)
     print(markdown, end="")
     if args.plot is not None:
         from lightning_episodes.analysis.plots import plot_study

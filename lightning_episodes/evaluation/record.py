@@ -7,8 +7,8 @@ A test writes, into the logger's folder (:class:`~lightning_episodes.callbacks.T
   :class:`~lightning_episodes.evaluation.DifficultyTable` (:func:`scores_table`);
 
 and LightningCLI saves the run's configuration beside them as :data:`CONFIG_FILE` (``config.yaml``).
-``lightning-episodes report`` reads the records (:mod:`lightning_episodes.analysis.report`), ``compare`` the records
-and the tables.
+``lightning-episodes report`` reads the records (:func:`read_record`, :mod:`lightning_episodes.analysis.report`),
+``compare`` the records and the tables.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Final
 
 import torch
+import yaml
 
 from lightning_episodes.algorithms.loading import read_checkpoint
 from lightning_episodes.algorithms.metrics import ScoredEpisodes
@@ -31,13 +32,18 @@ from lightning_episodes.evaluation.tables import DifficultyTable
 
 __all__ = [
     "CONFIG_FILE",
+    "CPU_FLAGS",
+    "DEFAULT_PRECISION",
     "ENVIRONMENT_PACKAGES",
     "LEGACY_SAMPLING_DEFAULTS",
     "RESULTS_FILE",
     "SCORES_FILE",
+    "UnreadableRecord",
     "checkpoint_step",
     "environment",
     "plain",
+    "processor",
+    "read_record",
     "scenario_hash",
     "results_record",
     "scores_table",
@@ -103,28 +109,59 @@ def checkpoint_step(ckpt_path: str | Path | None) -> int:
 ENVIRONMENT_PACKAGES: Final = ("lightning-episodes", "torch", "pytorch-lightning", "numpy", "pillow")
 
 
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+#: The instruction-set extensions of a CPU that a record names (those it has): they choose PyTorch's and oneDNN's
+#: kernels, so the same run may round differently on processors that differ in them.
+CPU_FLAGS: Final = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile", "amx_int8")
+#: Lightning's default precision: what a record that names none (an older one, or one without a Trainer) was made with.
+DEFAULT_PRECISION: Final = "32-true"
 
 
-def environment(device: torch.device | str | None = None) -> dict[str, str]:
-    """Where a record was made: Python's and :data:`ENVIRONMENT_PACKAGES`' versions, the CPU model and, on an
-    accelerator, its name (a record's numbers are bit-reproducible only with the same versions and processor)."""
-    found = {"python": platform.python_version(), "cpu": _cpu_model()}
+def processor(cpuinfo: str | None = None) -> tuple[str, str]:
+    r"""The CPU's model name and which of :data:`CPU_FLAGS` it has (space-separated, in that order), from the first
+    processor of ``cpuinfo`` (``None``: this machine's ``/proc/cpuinfo``; without one, the platform's processor name
+    and no flags).
+
+    Example::
+
+        >>> processor("model name : Intel(R) Xeon(R) Gold 6430\nflags : fpu sse2 avx2 amx_tile avx512f\n")
+        ('Intel(R) Xeon(R) Gold 6430', 'avx2 avx512f amx_tile')
+    """
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            cpuinfo = ""
+    fields: dict[str, str] = {}
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())  # the first processor's: every core is the same model
+    name = fields.get("model name") or platform.processor() or platform.machine()
+    present = set(fields.get("flags", "").split())
+    return name, " ".join(flag for flag in CPU_FLAGS if flag in present)
+
+
+def environment(device: torch.device | str | None = None, precision: str = DEFAULT_PRECISION) -> dict[str, str]:
+    """Where and how a record was made: Python's and :data:`ENVIRONMENT_PACKAGES`' versions, the CPU's model
+    (``cpu``) and instruction-set extensions (``cpu_flags``, :func:`processor`), the ``accelerator`` (the device type:
+    ``cpu``, ``cuda``, ``mps``) and, on CUDA, its name (``device``), and the Trainer's ``precision`` (``32-true``,
+    ``bf16-mixed``). A record's numbers are bit-reproducible only with the same versions, processor and precision.
+
+    Args:
+        device: where the test ran (``None``: the CPU).
+        precision: the Trainer's ``precision``, as ``trainer.precision`` names it.
+    """
+    name, flags = processor()
+    found = {"python": platform.python_version(), "cpu": name, "cpu_flags": flags}
     for package in ENVIRONMENT_PACKAGES:
         try:
             found[package] = metadata.version(package)
         except metadata.PackageNotFoundError:
             found[package] = "not installed"
-    device = torch.device(device) if device is not None else None
-    if device is not None and device.type == "cuda" and torch.cuda.is_available():
+    device = torch.device(device) if device is not None else torch.device("cpu")
+    found["accelerator"] = device.type
+    if device.type == "cuda" and torch.cuda.is_available():
         found["device"] = torch.cuda.get_device_name(device)
+    found["precision"] = str(precision)
     return found
 
 
@@ -162,7 +199,8 @@ def results_record(
         validation: ``[step, val/acc]`` of every validation of the fit, in step order.
         weighted_steps: the training steps of the tested weights whose weights came from the weighting callback's
             ``q`` (0: the run never weighted, e.g. a warm-up as long as the run; ``None``: no callback, or unknown).
-        made_with: :func:`environment` where the test ran (``None``: this process's, on the CPU).
+        made_with: :func:`environment` where the test ran (``None``: this process's, on the CPU in
+            :data:`DEFAULT_PRECISION`).
     """
     hparams, data = plain(hparams), plain(data)
     return {
@@ -185,6 +223,51 @@ def results_record(
         "config_hash": scenario_hash(hparams, data),
         "validation": validation,
     }
+
+
+class UnreadableRecord(ValueError):
+    """A :data:`RESULTS_FILE` that cannot be read as a test record: unreadable, empty, not JSON, without its fields,
+    or beside a :data:`CONFIG_FILE` that is not YAML. The message names the file and why, in one line.
+
+    Args:
+        path: the record.
+        reason: what is wrong with it, a phrase that follows its path (``is empty (0 bytes)``).
+    """
+
+    def __init__(self, path: Path, reason: str) -> None:
+        super().__init__(f"{path} {reason}")
+        self.path = path
+
+
+def read_record(path: Path) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """A test record's fields (:func:`results_record`'s) and the run's configuration beside it (``None`` without one).
+
+    Raises:
+        UnreadableRecord: naming the record, if it or its configuration cannot be read, or it is not a test record
+            (no numbers ``accuracy`` and ``ci95``).
+    """
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise UnreadableRecord(path, f"cannot be read: {getattr(error, 'strerror', None) or error}") from None
+    if not text.strip():  # a test killed while writing it, or a copy cut short
+        raise UnreadableRecord(path, f"is empty ({len(text.encode())} bytes)")
+    try:
+        record = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise UnreadableRecord(path, f"is not valid JSON: {error}") from None
+    values = [record.get(key) for key in ("accuracy", "ci95")] if isinstance(record, dict) else [None]
+    if not all(isinstance(value, int | float) and not isinstance(value, bool) for value in values):
+        raise UnreadableRecord(path, "is not a test record: it needs the numbers 'accuracy' and 'ci95'")
+    config_path = path.with_name(CONFIG_FILE)
+    if not config_path.is_file():
+        return record, None
+    try:
+        config = yaml.safe_load(config_path.read_text(encoding="utf-8")) or {}
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
+        first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        raise UnreadableRecord(path, f"has a {CONFIG_FILE} beside it that cannot be read: {first}") from None
+    return record, config if isinstance(config, dict) else {}
 
 
 def scores_table(datamodule: object, scores: ScoredEpisodes | None) -> DifficultyTable | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import inspect
 import io
 import os
@@ -39,6 +40,7 @@ BASE_BAD_CONFIGS: tuple[tuple[dict[str, Any], str], ...] = (
     ({"eval_batch_norm": "batch"}, r"model.eval_batch_norm must be 'running' or 'episode', got 'batch'"),
     ({"backbone": "vgg"}, r"model.backbone: unknown backbone 'vgg'"),
     ({"backbone": "resnet12", "image_size": 8}, r"model.backbone: image_size=8 is too small for backbone 'resnet12'"),
+    ({"optimizer": functools.partial(torch.optim.Adam, lr=0.0)}, r"model.optimizer.lr must be > 0, got 0.0"),
 )
 
 

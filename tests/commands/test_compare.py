@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import runpy
 import shutil
+import warnings
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -403,3 +404,159 @@ def test_compare_refuses_an_arm_paired_with_itself(tmp_path: Path, capsys: pytes
     assert f"--treatment baseline_online is the baseline (--baseline baseline_online of {tmp_path})" in (
         capsys.readouterr().err
     )
+
+
+def _hand_run(run: Path, accuracies: list[float], target: str, **environment: str) -> Path:
+    """A run folder as its test leaves it, written by hand: its record (whose ``sampling`` field names its scheme,
+    so it needs no config.yaml) and its per-episode scores, one 2-way 1-shot episode per accuracy."""
+    run.mkdir(parents=True)
+    n = len(accuracies)
+    scores = DifficultyTable.from_arrays(range(n), [[0, 1]] * n, [[[0], [1]]] * n, [[[2], [3]]] * n, [0.5] * n,
+                                         accuracies)  # fmt: skip
+    scores.write(run / SCORES_FILE)
+    record = {"algorithm": "ProtoNet", "accuracy": sum(accuracies) / n, "ci95": 0.1, "episodes": n,
+              "hparams": {"backbone": "conv4", "distance": "euclidean"},
+              "data": {"dataset": "glyphs", "ways": 2, "shots": 1}, "sampling": {"target": target},
+              **({"environment": environment} if environment else {})}  # fmt: skip
+    (run / RESULTS_FILE).write_text(json.dumps(record))
+    return run / RESULTS_FILE
+
+
+#: each hand-written arm's scheme
+TARGETS = {"baseline_online": "baseline", "uniform_online": "uniform", "easy_online": "easy"}
+
+
+def _hand_scenario(root: Path, seeds: int, arms: tuple[str, ...] = ("baseline_online", "uniform_online")) -> Path:
+    """``seeds`` seed folders of ``arms``, each tested on the same 6 episodes with accuracies of its own."""
+    for seed in range(seeds):
+        for i, arm in enumerate(arms):
+            accuracies = [float((seed + i + e) % 3 == 0) for e in range(6)]
+            _hand_run(root / f"seed{seed}" / arm, accuracies, TARGETS[arm])
+    return root
+
+
+#: a record cut short after its first line: what gave the users' `Expecting value: line 2 column 1 (char 32)`
+CUT_SHORT = '{"accuracy": 0.5, "episodes": [\n'
+
+
+def _unreadable_scenario(tmp_path: Path) -> tuple[Path, list[tuple[Path, str]]]:
+    """Four seeds of three arms; seed 0's baseline record cut short, seed 1's uniform one corrupt, seed 2's empty."""
+    scenario = _hand_scenario(tmp_path / "tiny", 4, ("baseline_online", "uniform_online", "easy_online"))
+    cases = [
+        (scenario / "seed0/baseline_online" / RESULTS_FILE, "corrupt"),
+        (scenario / "seed1/uniform_online" / RESULTS_FILE, "corrupt"),
+        (scenario / "seed2/uniform_online" / RESULTS_FILE, "empty"),
+    ]
+    for record, how in cases:
+        record.write_text(CUT_SHORT if how == "corrupt" else "")
+    reasons = {
+        "corrupt": "is not valid JSON: Expecting value: line 2 column 1 (char 32)",
+        "empty": "is empty (0 bytes)",
+    }
+    return scenario, [(record, reasons[how]) for record, how in cases]
+
+
+def test_compare_names_every_unreadable_record_and_stops(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The users' report: a corrupt or empty record was `error: Expecting value: line 2 column 1 (char 32)`, naming no
+    file, and only the first one. Every one is named, each once (the baseline's is both rows'), in one line."""
+    scenario, cases = _unreadable_scenario(tmp_path)
+    markdown = tmp_path / "compare.md"
+    command = ["compare", str(scenario), "--treatment", "uniform_online", "easy_online", "--markdown", str(markdown)]
+    assert entry(command) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert not markdown.exists()
+    assert err.splitlines() == [
+        f"lightning-episodes compare: error: {record} {reason} (--skip-unreadable leaves it out)"
+        for record, reason in cases
+    ]
+
+
+def test_compare_skip_unreadable_leaves_their_seeds_out_and_names_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    scenario, cases = _unreadable_scenario(tmp_path)
+    markdown = tmp_path / "compare.md"
+    command = ["compare", str(scenario), "--treatment", "uniform_online", "easy_online", "--markdown", str(markdown)]
+    assert entry([*command, "--skip-unreadable"]) == 0
+    printed = capsys.readouterr().out
+    assert markdown.read_text() == printed
+    rows = [
+        [e.strip() for e in line.strip("|").split("|")] for line in printed.splitlines() if line.startswith("| Gly")
+    ]
+    # uniform is paired at seed 3 alone (seed 0's baseline, seeds 1 and 2 its own records are unreadable); easy at
+    # seeds 1-3, its baseline's
+    assert [row[2] for row in rows] == ["uniform_online", "easy_online"]
+    assert [[part.split()[0] for part in row[7].split(", ")] for row in rows] == [
+        ["seed3"],
+        ["seed1", "seed2", "seed3"],
+    ]
+    tables = {(arm, s): DifficultyTable.read(scenario / f"seed{s}" / arm / SCORES_FILE)
+              for arm in TARGETS for s in range(4)}  # fmt: skip
+    easy = paired_difference([tables["baseline_online", s] for s in (1, 2, 3)],
+                             [tables["easy_online", s] for s in (1, 2, 3)])  # fmt: skip
+    assert rows[1][5] == f"{100 * easy.mean:+.2f} ± {100 * easy.ci95:.2f}"
+    note = printed.split("Left out of this table (--skip-unreadable): 3 test records that cannot be read.\n")[1]
+    assert note.splitlines() == [f"- {record} {reason}" for record, reason in cases]
+
+
+def test_compare_refuses_runs_of_different_precision(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """From the record's environment (what the Trainer ran), else the config's trainer.precision (short names in
+    full); a record with neither, as an older one, is 32-true."""
+    scenario = _hand_scenario(tmp_path / "tiny", 1)
+    baseline, uniform = (scenario / "seed0" / arm / RESULTS_FILE for arm in ("baseline_online", "uniform_online"))
+    record = json.loads(baseline.read_text())
+    baseline.write_text(json.dumps(record | {"environment": {"precision": "bf16-mixed"}}))
+    assert entry(["compare", str(scenario)]) == 2
+    (line,) = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
+    assert line == (
+        f"lightning-episodes compare: error: {scenario} mixes training protocols: {baseline} (precision=bf16-mixed), "
+        f"{uniform} (precision=32-true); to pair them anyway, name what differs: --differing trainer.precision"
+    )
+    # saved configs: `precision: null` (Lightning's default), 32 and 32-true are one precision; bf16 is bf16-mixed
+    baseline.write_text(json.dumps(record))
+    for run, precision in ((baseline, None), (uniform, 32)):
+        (run.with_name("config.yaml")).write_text(yaml.safe_dump({"trainer": {"precision": precision}}))
+    assert entry(["compare", str(scenario)]) == 0
+    capsys.readouterr()
+    uniform.with_name("config.yaml").write_text(yaml.safe_dump({"trainer": {"precision": "bf16"}}))
+    assert entry(["compare", str(scenario)]) == 2
+    assert f"{baseline} (precision=32-true), {uniform} (precision=bf16-mixed)" in capsys.readouterr().err
+
+
+XEON = {"cpu": "Intel(R) Xeon(R) Gold 6430", "cpu_flags": "avx2 avx512f amx_tile", "accelerator": "cpu"}
+
+
+@pytest.mark.parametrize(
+    ("theirs", "named"),
+    [
+        (XEON, None),
+        ({"cpu": XEON["cpu"]}, None),  # an older record, without flags: compared on what both name
+        ({**XEON, "cpu_flags": "avx2"}, "Intel(R) Xeon(R) Gold 6430 [avx2] (cpu)"),
+        ({**XEON, "cpu": "AMD EPYC 9654"}, "AMD EPYC 9654 [avx2 avx512f amx_tile] (cpu)"),
+        (
+            {**XEON, "accelerator": "cuda", "device": "NVIDIA H200"},
+            f"{XEON['cpu']} [{XEON['cpu_flags']}] (cuda NVIDIA H200)",
+        ),
+    ],
+)
+def test_compare_warns_when_the_arms_ran_on_different_processors(
+    theirs: dict[str, str], named: str | None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    scenario = _hand_scenario(tmp_path / "tiny", 1)
+    for arm, environment in (("baseline_online", XEON), ("uniform_online", theirs)):
+        path = scenario / "seed0" / arm / RESULTS_FILE
+        path.write_text(json.dumps(json.loads(path.read_text()) | {"environment": environment}))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert entry(["compare", str(scenario)]) == 0  # a warning, not an error: the row is printed
+    assert [line for line in capsys.readouterr().out.splitlines() if line.startswith("| Glyphs, Conv-4, 2-way")]
+    messages = [str(w.message) for w in caught if "processors" in str(w.message)]
+    if named is None:
+        assert messages == []
+        return
+    baseline, uniform = (scenario / "seed0" / arm / RESULTS_FILE for arm in ("baseline_online", "uniform_online"))
+    assert messages == [
+        f"{scenario}: its runs were made on different processors: {baseline} on Intel(R) Xeon(R) Gold 6430 "
+        f"[avx2 avx512f amx_tile] (cpu), {uniform} on {named} (a run rounds differently on each)"
+    ]

@@ -92,3 +92,26 @@ def test_command_errors_name_the_argument(
     (line,) = [line for line in error.splitlines() if "error:" in line]  # one line, through the console script
     assert line.startswith("lightning-episodes difficulty: error: ")
     assert message in line
+
+
+@pytest.mark.parametrize("broken", ["parameter", "buffer"])
+def test_a_checkpoint_with_nonfinite_weights_is_refused_in_one_line(
+    broken: str, checkpoint: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The users' report: NaN weights scored every episode with difficulty nan and accuracy 1/ways, exit 0. The
+    evaluation's check refuses the model, as `test` does, before any episode is scored."""
+    saved = torch.load(checkpoint, map_location="cpu", weights_only=True)
+    name = "backbone.blocks.0.conv.weight" if broken == "parameter" else "backbone.blocks.1.norm.running_var"
+    saved["state_dict"][name].view(-1)[0] = float("nan") if broken == "parameter" else float("inf")
+    damaged = tmp_path / "damaged.ckpt"
+    torch.save(saved, damaged)
+    output = tmp_path / "scores.csv"
+    assert entry(["difficulty", "--ckpt_path", str(damaged), "--output", str(output), "--episodes", "3"]) == 2
+    (line,) = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
+    kind = "parameters" if broken == "parameter" else "buffers"
+    assert line.startswith(
+        f"lightning-episodes difficulty: error: checkpoint {damaged}: refusing to evaluate a model with non-finite "
+        f"{kind} ({name})"
+    ), line
+    assert not output.exists()
+    assert not output.with_suffix(".json").exists()

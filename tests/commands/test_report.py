@@ -24,16 +24,67 @@ def runs(tmp_path: Path) -> Path:
 
 
 def test_command(runs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    (runs / "broken").mkdir()
-    (runs / "broken" / "test_results.json").write_text("{not json")
-    with pytest.warns(UserWarning, match="skipping"):
-        code = main([str(runs), "--markdown", str(tmp_path / "out/table.md"), "--csv", str(tmp_path / "out/t.csv")])
+    code = main([str(runs), "--markdown", str(tmp_path / "out/table.md"), "--csv", str(tmp_path / "out/t.csv")])
     assert code == 0
     printed = capsys.readouterr().out
     assert printed == (tmp_path / "out/table.md").read_text()
     assert "**52.00 ± 0.80**†" in printed
-    (runs / "broken" / "test_results.json").unlink()
+    assert "Left out" not in printed
     assert (tmp_path / "out/t.csv").read_text() == build_table(load(runs)).to_csv()
+
+
+def _unreadable_study(runs: Path) -> list[tuple[Path, str]]:
+    """:func:`write_runs`'s study with a corrupt record, an empty one, and its ProtoNet baseline cut short (the
+    users' report: its row and every † it gave vanished from the table, with a warning and exit status 0)."""
+    (runs / "pn/broken").mkdir()
+    cases = [
+        (runs / "pn/baseline/test_results.json", "is not valid JSON: "),
+        (runs / "pn/broken/test_results.json", "is not valid JSON: "),
+        (runs / "pn/empty/test_results.json", "is empty (0 bytes)"),
+    ]
+    baseline = cases[0][0]
+    baseline.write_text(baseline.read_text()[:40])  # a test killed while writing it
+    cases[1][0].write_text("{not json")
+    (runs / "pn/empty").mkdir()
+    cases[2][0].write_text("")
+    return cases
+
+
+def test_an_unreadable_record_stops_the_report_naming_each_one(
+    runs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cases = _unreadable_study(runs)
+    markdown = tmp_path / "out/table.md"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # said as errors, not warnings
+        assert main([str(runs), "--markdown", str(markdown)]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert not markdown.exists()
+    lines = err.splitlines()
+    assert len(lines) == len(cases), err  # one line per record
+    for line, (path, reason) in zip(lines, sorted(cases), strict=True):  # in path order
+        assert line.startswith(f"lightning-episodes report: error: {path} {reason}"), line
+        assert line.endswith("(--skip-unreadable leaves it out)"), line
+
+
+def test_skip_unreadable_leaves_them_out_and_says_so_under_the_table(
+    runs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cases = _unreadable_study(runs)
+    markdown = tmp_path / "out/table.md"
+    assert main([str(runs), "--markdown", str(markdown), "--skip-unreadable"]) == 0
+    printed = capsys.readouterr().out
+    assert markdown.read_text() == printed
+    # the baseline's row is gone, and with it every †; the table says why, naming each record it left out
+    assert "| ProtoNet (Euclidean) | baseline |" not in printed
+    assert "†" not in printed.split("| MAML |")[0]
+    table, note = printed.split("Left out of this table (--skip-unreadable): 3 test records that cannot be read.\n")
+    assert "| Algorithm | Sampling |" in table
+    for line, (path, reason) in zip(note.splitlines(), sorted(cases), strict=True):
+        assert line.startswith(f"- {path} {reason}"), line
+    assert main([str(runs / "pn/empty"), "--skip_unreadable"]) == 2  # nothing readable left: no table
+    assert "error: no readable test_results.json under" in capsys.readouterr().err
 
 
 def test_the_command_warns_when_records_come_from_different_versions(tmp_path: Path) -> None:
