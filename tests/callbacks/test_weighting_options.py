@@ -263,3 +263,36 @@ def test_options_list_every_constructor_argument_as_plain_values() -> None:
     assert all(value is None or type(value) in (str, int, float, bool) for value in callback.options.values())
     assert (callback.options["proposal"], callback.options["normalization"]) == ("empirical", "psis")
     assert (callback.options["estimate"], callback.options["reference_checkpoint"]) == ("online", "r")
+
+
+class WeightedLossRecorder(Callback):
+    """The ``WeightedLoss`` of every step (the statistics its loss was divided by), from the step's outputs."""
+
+    def __init__(self) -> None:
+        self.weighted: list[Any] = []
+
+    def on_train_batch_end(self, trainer: pl.Trainer, module: Any, outputs: Any, batch: Any, idx: int) -> None:
+        self.weighted.append(outputs["weighted"])
+
+
+@pytest.mark.parametrize("precision", ["bf16-mixed", "bf16-true"])
+def test_under_bfloat16_the_weights_and_their_statistics_stay_in_full_precision(precision: str) -> None:
+    """The convolutions compute in bfloat16, but the difficulties, weights, ESS, the loss's statistics, the estimator
+    and every logged ``weighting/*`` value are float64 (float32 losses at worst): bfloat16's 8 significant bits would
+    round a weight of 13.4 to 13.375 and an ESS of 3.61 to 3.609."""
+    callback, losses = DifficultyWeightingCallback(warmup_steps=2), WeightedLossRecorder()
+    _, _, recorder = _fit(callback, max_steps=5, precision=precision, extra=[losses])
+    weighted = [step for step in recorder.steps if not step.warmup]
+    assert weighted
+    for step in recorder.steps:
+        for tensor in (step.difficulties, step.weights, step.raw_weights):
+            assert tensor is not None
+            assert tensor.dtype == torch.float64
+    assert any(not torch.equal(step.weights, torch.ones_like(step.weights)) for step in weighted)
+    proposal = callback.state.proposal.state_dict()
+    assert all(isinstance(value, float | int) for value in proposal.values() if not isinstance(value, torch.Tensor))
+    for log in recorder.logged:
+        assert all(isinstance(value, float) for value in log.values())
+    for loss in losses.weighted:
+        for name in ("ess", "sum_weights", "sum_squared_weights", "batch_over_ess"):
+            assert getattr(loss, name).dtype == torch.float64, name
