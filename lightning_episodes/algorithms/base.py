@@ -114,12 +114,16 @@ class EpisodicModule(EpisodicEvaluation):
             module as its class builds it (the head's weights may be in it), loaded when fitting starts with
             ``weights_only=True`` after a check of every key and shape (a checkpoint reloads without the file).
             Default: None.
+        label_smoothing: the training loss's label smoothing ``ε`` (Szegedy et al., CVPR 2016): the query
+            cross-entropy against ``(1 − ε)`` on the true class plus ``ε / ways`` on every class, in ``[0, 1)``. The
+            episode's difficulty and every evaluation loss stay the plain cross-entropy, so a weighting aims at the
+            same quantity with or without it. Default: 0 (none, as in the paper).
 
     Raises:
-        ValueError: on an unknown ``eval_batch_norm``, backbone or ``drop_head``, an ``optimizer`` whose learning rate
-            is not > 0, a class path that is not an ``nn.Module`` class, or an image too small for the backbone; when
-            fitting starts, on ``cuda_graphs`` where
-            the step cannot be captured, or ``backbone_weights`` that do not fit the backbone.
+        ValueError: on an unknown ``eval_batch_norm``, backbone or ``drop_head``, a ``label_smoothing`` outside
+            ``[0, 1)``, an ``optimizer`` whose learning rate is not > 0, a class path that is not an ``nn.Module``
+            class, or an image too small for the backbone; when fitting starts, on ``cuda_graphs`` where the step
+            cannot be captured, or ``backbone_weights`` that do not fit the backbone.
     """
 
     #: whether ``episode_losses`` can be captured in a CUDA graph (MAML's inner loop differentiates its gradients)
@@ -141,15 +145,18 @@ class EpisodicModule(EpisodicEvaluation):
         cuda_graphs: bool = False,
         drop_head: str | None = None,
         backbone_weights: str | None = None,
+        label_smoothing: float = 0.0,
     ) -> None:
         super().__init__()
         check_choice("eval_batch_norm", eval_batch_norm, ("running", "episode"))
+        if not 0.0 <= label_smoothing < 1.0:
+            raise ValueError(f"model.label_smoothing must be in [0, 1), got {label_smoothing}")
         # every __init__ argument of the subclasses too (Lightning reads their frames); a module is recorded below
         ignore = ["optimizer", "lr_scheduler", *(["backbone"] if isinstance(backbone, nn.Module) else [])]
         self.save_hyperparameters(ignore=ignore)
         check_learning_rate(optimizer)
         self.optimizer, self.lr_scheduler = optimizer, lr_scheduler
-        self.eval_batch_norm = eval_batch_norm
+        self.eval_batch_norm, self.label_smoothing = eval_batch_norm, label_smoothing
         self.channels_last, self.compile_backbone, self.cuda_graphs = channels_last, compile_backbone, cuda_graphs
         self._graphed: GraphedLosses | None = None
         self._weighting: WeightingStrategy | None = None
@@ -203,7 +210,11 @@ class EpisodicModule(EpisodicEvaluation):
         :meth:`query_logits`. Override it for another training loss (FEAT's regulariser, Pretrain's classifier).
         """
         logits = self.query_logits(batch)
-        return EpisodeOutput(*query_loss(logits, batch.query_labels), query_logits=logits)
+        losses, accuracies = query_loss(logits, batch.query_labels)
+        if self.training and self.label_smoothing > 0:
+            smoothed, _ = query_loss(logits, batch.query_labels, self.label_smoothing)
+            return EpisodeOutput(smoothed, accuracies, difficulty=losses, query_logits=logits)
+        return EpisodeOutput(losses, accuracies, query_logits=logits)
 
     @override
     def _output(self, batch: Episode) -> EpisodeOutput:

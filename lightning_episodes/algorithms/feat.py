@@ -138,7 +138,10 @@ class FEAT(EpisodicModule):
         cross_entropy, accuracies = query_loss(logits, batch.query_labels)
         if not self.training:
             return EpisodeOutput(cross_entropy, accuracies)
-        losses = cross_entropy + self.balance * self.regulariser(support, query, batch.ways)
+        main = (
+            query_loss(logits, batch.query_labels, self.label_smoothing)[0] if self.label_smoothing else cross_entropy
+        )
+        losses = main + self.balance * self.regulariser(support, query, batch.ways)
         return EpisodeOutput(losses, accuracies, difficulty=cross_entropy)
 
     # -- pre-trained backbone ---------------------------------------------------------------------------

@@ -29,10 +29,11 @@ def scaled_cosine(x: Tensor, centres: Tensor, scale: Tensor | float) -> Tensor:
     return scale * F.normalize(x, dim=-1) @ F.normalize(centres, dim=-1).transpose(1, 2)
 
 
-def query_loss(logits: Tensor, labels: Tensor) -> tuple[Tensor, Tensor]:
-    """Per-episode mean cross-entropy and accuracy ``([B], [B])`` of ``logits`` ``[B, Q, ways]`` against
-    ``labels`` ``[B, Q]``."""
-    losses = F.cross_entropy(logits.transpose(1, 2), labels, reduction="none").mean(1)
+def query_loss(logits: Tensor, labels: Tensor, label_smoothing: float = 0.0) -> tuple[Tensor, Tensor]:
+    """Per-episode mean cross-entropy (with ``label_smoothing``, as :func:`torch.nn.functional.cross_entropy`'s) and
+    accuracy ``([B], [B])`` of ``logits`` ``[B, Q, ways]`` against ``labels`` ``[B, Q]``."""
+    losses = F.cross_entropy(logits.transpose(1, 2), labels, reduction="none", label_smoothing=label_smoothing)
+    losses = losses.mean(1)
     accuracies = (logits.argmax(-1) == labels).float().mean(1)
     return losses, accuracies
 

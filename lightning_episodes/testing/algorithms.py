@@ -41,6 +41,7 @@ BASE_BAD_CONFIGS: tuple[tuple[dict[str, Any], str], ...] = (
     ({"backbone": "vgg"}, r"model.backbone: unknown backbone 'vgg'"),
     ({"backbone": "resnet12", "image_size": 8}, r"model.backbone: image_size=8 is too small for backbone 'resnet12'"),
     ({"optimizer": functools.partial(torch.optim.Adam, lr=0.0)}, r"model.optimizer.lr must be > 0, got 0.0"),
+    ({"label_smoothing": 1.0}, r"model.label_smoothing must be in \[0, 1\), got 1.0"),
 )
 
 
