@@ -35,9 +35,12 @@ DATA = sorted(CONFIGS.glob("data/*.yaml"))
 MODELS = sorted(CONFIGS.glob("models/*.yaml"))
 SAMPLING = sorted(CONFIGS.glob("sampling/*.yaml"))
 TASK_SAMPLING = sorted(CONFIGS.glob("task_sampling/*.yaml"))  # data.task_sampler alone: composes with a SAMPLING file
+#: a regulariser each (weight decay, label smoothing, augmentation, task interpolation): after the data and model
+#: files, whose one setting it changes on purpose (a data file's augment, a model's optimiser weight decay)
+REGULARIZATION = sorted(CONFIGS.glob("regularization/*.yaml"))
 TRAINER = sorted(CONFIGS.glob("trainer/*.yaml"))
 STANDALONE = sorted(CONFIGS.glob("*.yaml"))  # the quickstart: data, model, trainer and callbacks in one file
-GROUPS = {"data", "models", "sampling", "task_sampling", "trainer"}
+GROUPS = {"data", "models", "sampling", "task_sampling", "regularization", "trainer"}
 #: Files in other folders (e.g. configs/feat/): protocols that patch a model file's arguments, or that set a model.
 OTHERS = sorted(p for p in CONFIGS.glob("*/*.yaml") if p.parent.name not in GROUPS)
 #: Data files of the paper's scenarios (the others are cross-domain patches or the embedded dataset).
@@ -103,13 +106,17 @@ def test_trainer_files_set_no_lists(path: Path) -> None:
 
 def test_every_combination_has_disjoint_groups() -> None:
     """Only a trainer file may override another group's key (the schedule of a data file), and only on purpose."""
-    keys = {path: set(leaves(load(path))) for path in [*DATA, *MODELS, *SAMPLING, *TASK_SAMPLING, *TRAINER]}
+    keys = {
+        path: set(leaves(load(path))) for path in [*DATA, *MODELS, *SAMPLING, *TASK_SAMPLING, *REGULARIZATION, *TRAINER]
+    }
     for data, model, sampling in itertools.product(DATA, MODELS, SAMPLING):
         assert not keys[data] & keys[model], (data, model)
         assert not (keys[data] | keys[model]) & keys[sampling], (data, model, sampling)
     for tasks, other in itertools.product(TASK_SAMPLING, [*DATA, *MODELS, *SAMPLING, *TRAINER]):
         assert all(key.startswith("data.init_args.task_sampler.") for key in keys[tasks]), tasks
         assert not keys[tasks] & keys[other], (tasks, other)
+    for regularization, other in itertools.product(REGULARIZATION, [*SAMPLING, *TASK_SAMPLING, *TRAINER]):
+        assert not keys[regularization] & keys[other], (regularization, other)
     for trainer, other in itertools.product(TRAINER, [*MODELS, *SAMPLING]):
         assert not keys[trainer] & keys[other], (trainer, other)
     for trainer, data in itertools.product(TRAINER, DATA):
@@ -207,6 +214,9 @@ def compositions() -> list[tuple[Path, ...]]:
         trainer = (TRAINER[i],) if i < len(TRAINER) else ()
         found.append((DATA[i % len(DATA)], MODELS[i % len(MODELS)], *trainer, SAMPLING[i % len(SAMPLING)]))
     found += [(path,) for path in STANDALONE] + [(STANDALONE[0], SAMPLING[-1])] * bool(STANDALONE)
+    found += [
+        (DATA[i % len(DATA)], MODELS[i % len(MODELS)], path, SAMPLING[0]) for i, path in enumerate(REGULARIZATION)
+    ]
     for other in OTHERS:
         bases = model_for(other)
         found.append((*bases[:1], other, SAMPLING[0]) if bases or "model" not in load(other) else (other,))
