@@ -26,7 +26,13 @@ _DATA_IGNORED = frozenset(
 )
 #: settings added after runs were recorded, at the value that does what the older runs did: left out at that value,
 #: so a run recorded before the setting existed and one at its default are one protocol
-_ADDED = {"data.train_images_per_class": None, "model.backbone_weights": None, "model.drop_head": None}
+_ADDED = {
+    "data.train_images_per_class": None,
+    "data.task_interpolation": None,
+    "model.backbone_weights": None,
+    "model.drop_head": None,
+    "model.label_smoothing": 0.0,
+}
 #: data settings that make a row, not a column: the task sampler chooses the training episodes, as the weighting does
 #: (a report names it in the row: ``baseline + HardTaskMining (...)``)
 _DATA_ROW = frozenset({"task_sampler"})

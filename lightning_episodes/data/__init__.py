@@ -1,4 +1,4 @@
-"""Episodes, the vectorised sampler, task samplers, datasets and the episodic data module."""
+"""Episodes, the vectorised sampler, task samplers, task interpolation, datasets and the episodic data module."""
 
 from lightning_episodes.data.assembly import EpisodeAssembler
 from lightning_episodes.data.augment import RandomShiftFlip
@@ -6,6 +6,7 @@ from lightning_episodes.data.datamodule import EpisodicDataModule
 from lightning_episodes.data.datasets import ImageDataset, available_datasets, load_dataset, register_dataset
 from lightning_episodes.data.dpp import DynamicDPP, StaticDPP
 from lightning_episodes.data.episode import Episode, EpisodeIdentity
+from lightning_episodes.data.interpolation import TaskInterpolation, cutmix, partner_position
 from lightning_episodes.data.sampler import EpisodeSampler, keep_per_class, mix_seed
 from lightning_episodes.data.streams import EvaluationEpisodes, TrainingEpisodes
 from lightning_episodes.data.task_samplers import (
@@ -35,11 +36,14 @@ __all__ = [
     "RandomShiftFlip",
     "StaticDPP",
     "TaskFeedback",
+    "TaskInterpolation",
     "TaskSampler",
     "TrainingEpisodes",
     "available_datasets",
+    "cutmix",
     "keep_per_class",
     "load_dataset",
     "mix_seed",
+    "partner_position",
     "register_dataset",
 ]

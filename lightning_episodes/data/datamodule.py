@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 import pytorch_lightning as pl
@@ -16,6 +17,7 @@ from lightning_episodes.data.assembly import EpisodeAssembler
 from lightning_episodes.data.augment import RandomShiftFlip
 from lightning_episodes.data.datasets import ImageDataset, load_dataset
 from lightning_episodes.data.episode import Episode, EpisodeIdentity
+from lightning_episodes.data.interpolation import TaskInterpolation
 from lightning_episodes.data.sampler import EpisodeSampler, keep_per_class
 from lightning_episodes.data.streams import EvaluationEpisodes, TrainingEpisodes
 from lightning_episodes.data.task_samplers import TaskFeedback, TaskSampler
@@ -82,6 +84,12 @@ class EpisodicDataModule(pl.LightningDataModule):
             runs ahead); an adaptive sampler learns from the model through the
             :class:`~lightning_episodes.callbacks.TaskSamplerFeedback` callback, and its state is checkpointed with the
             data module. Default: ``None`` (uniform classes).
+        task_interpolation: mixes each training episode with the next one of its step (a
+            :class:`~lightning_episodes.data.TaskInterpolation`: MLTI's CutMix of tasks; in YAML a ``class_path`` and
+            its ``init_args``; also its :meth:`~lightning_episodes.data.TaskInterpolation.config` mapping, as a
+            checkpoint records it). Applied on the device after normalisation, to training batches only (and to
+            :meth:`training_episodes`); a pure function of ``(train_seed, step, j)``, exact under DDP and on resume.
+            Default: ``None`` (no mixing).
 
     Raises:
         ValueError: for non-positive sizes, 1-way episodes or ``train_images_per_class`` below ``shots + queries``
@@ -116,9 +124,10 @@ class EpisodicDataModule(pl.LightningDataModule):
         train_images_per_class: int | None = None,
         download: bool = False,
         task_sampler: TaskSampler | None = None,
+        task_interpolation: TaskInterpolation | None = None,
     ) -> None:
         super().__init__()
-        self.save_hyperparameters(ignore=["task_sampler"])
+        self.save_hyperparameters(ignore=["task_sampler", "task_interpolation"])
         # the record keeps what the sampler is (a string: checkpoints hold plain values only); plain runs keep the
         # hyper-parameters, and so the scenario hash, they had
         if task_sampler is not None:
@@ -126,6 +135,18 @@ class EpisodicDataModule(pl.LightningDataModule):
         if task_sampler is not None and not isinstance(task_sampler, TaskSampler):
             raise ValueError(f"data.task_sampler must be a TaskSampler, got {type(task_sampler).__name__}")
         self.task_sampler = task_sampler
+        if isinstance(task_interpolation, Mapping):  # a checkpoint's record of it (rebuilding the data module)
+            task_interpolation = TaskInterpolation.from_config(task_interpolation)
+        if task_interpolation is not None and not isinstance(task_interpolation, TaskInterpolation):
+            raise ValueError(
+                f"data.task_interpolation must be a TaskInterpolation, got {type(task_interpolation).__name__}"
+            )
+        self.task_interpolation = task_interpolation
+        if task_interpolation is not None:
+            # its class path and init_args, plain values (as a YAML config names it), for checkpoints and the loggers
+            config = task_interpolation.config()
+            self.hparams["task_interpolation"] = config
+            vars(self)["_hparams_initial"]["task_interpolation"] = copy.deepcopy(config)
         for name, minimum in _MINIMUM.items():
             if self.hparams[name] is not None and self.hparams[name] < minimum:
                 raise ValueError(f"data.{name} must be >= {minimum}, got {self.hparams[name]}")
@@ -373,19 +394,56 @@ class EpisodicDataModule(pl.LightningDataModule):
     ) -> Episode:
         """Training episodes at positions ``episodes`` of global step ``step``, assembled as the training loader's
         batches are: gathered where the loader gathers (on ``device`` with ``device_cache``, else on the CPU),
-        then normalised (and augmented, with ``augment``) on ``device`` in ``dtype``.
+        then normalised (and augmented, with ``augment``) on ``device`` in ``dtype``, and mixed with
+        ``task_interpolation``.
 
         Positions past ``episodes_per_batch`` are more episodes of the same step (:meth:`training_identities`):
-        ``mode="resample"`` of the weighting callback draws its candidates here.
+        ``mode="resample"`` of the weighting callback draws its candidates here (with ``task_interpolation``, each
+        block of ``episodes_per_batch`` positions pairs within itself:
+        :func:`~lightning_episodes.data.partner_position`).
 
         Raises:
             RuntimeError: before :meth:`setup`.
         """
+        episode = self._unmixed_training_episodes(step, episodes, device, dtype)
+        return self._interpolate(episode, step, list(episodes)) if self.task_interpolation is not None else episode
+
+    def _unmixed_training_episodes(
+        self, step: int, episodes: Sequence[int], device: torch.device, dtype: torch.dtype
+    ) -> Episode:
         if self.assembler is None:
             raise RuntimeError("call setup() before assembling episodes")
         identity = self.training_identities(step, episodes)
         batch = identity if self.device_cache else self.assembler.gather(identity)
         return self.assemble(move_data_to_device(batch, device), self.augment, dtype)
+
+    def _interpolate(self, batch: Episode, step: int, positions: list[int]) -> Episode:
+        """``batch`` (the normalised training episodes at ``positions`` of ``step``) mixed by the task interpolation.
+
+        A partner outside ``batch`` (the next rank's first episode under DDP, or a resampled share's) is rebuilt from
+        its identity as the training loader builds it, on the batch's device and in its dtype (and augmented, with
+        ``augment``): the same tensors its own rank holds. Mixing after normalisation (and augmentation) keeps each
+        part of a mixed image exactly the source episode's pixels; CutMix copies pixels, so it would commute with the
+        per-channel normalisation, but not with the augmentation, which shifts each episode's images by its own id.
+        """
+        assert self.task_interpolation is not None
+        ways, (height, width) = batch.ways, batch.support.shape[-2:]
+        plan = self.task_interpolation.plan(
+            self.train_seed, step, positions, self.episodes_per_batch, ways, height, width
+        )
+        if not bool(plan.mixed.any()):
+            return batch
+        held = {position: i for i, position in enumerate(positions)}
+        partners = plan.partners.tolist()
+        missing = sorted({p for p, mixed in zip(partners, plan.mixed.tolist(), strict=True) if mixed and p not in held})
+        support, query = batch.support, batch.query
+        if missing:
+            fetched = self._unmixed_training_episodes(step, missing, support.device, support.dtype)
+            support, query = torch.cat([support, fetched.support]), torch.cat([query, fetched.query])
+            held.update({position: len(positions) + i for i, position in enumerate(missing)})
+        index = torch.tensor([held[p] for p in partners], device=support.device)
+        partner = Episode(support[index], batch.support_labels, query[index], batch.query_labels, batch.identity)
+        return self.task_interpolation.mix(batch, partner, plan)
 
     def evaluation_episodes(self, stream: Literal["validation", "test"], count: int) -> EvaluationEpisodes:
         """The fixed ``stream`` set of ``count`` episodes, sliced for this rank."""
@@ -448,7 +506,13 @@ class EpisodicDataModule(pl.LightningDataModule):
             module_dtype = self.trainer.lightning_module.dtype
             if isinstance(module_dtype, torch.dtype):
                 dtype = module_dtype
-        return self.assemble(batch, augment=self.augment and training, dtype=dtype)
+        episode = self.assemble(batch, augment=self.augment and training, dtype=dtype)
+        if not training or self.task_interpolation is None:
+            return episode
+        # a training batch holds episodes j of one global step, ids step * B + j (j < B)
+        ids = episode.identity.episode_ids.tolist()
+        step = ids[0] // self.episodes_per_batch
+        return self._interpolate(episode, step, [i - step * self.episodes_per_batch for i in ids])
 
     def assemble(
         self, batch: EpisodeIdentity | Episode, augment: bool = False, dtype: torch.dtype = torch.float32

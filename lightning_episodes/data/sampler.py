@@ -28,7 +28,8 @@ from lightning_episodes.data.episode import EpisodeIdentity
 _MASK64 = (1 << 64) - 1
 
 #: Stream ids mixed into the seed, so training, validation, test and offline-scoring episodes never
-#: coincide (id 3 seeds augmentation, id 5 the choice of a scarce training split's images).
+#: coincide (id 3 seeds augmentation, id 5 the choice of a scarce training split's images, 6 the task samplers,
+#: 7 task interpolation).
 STREAMS = {"train": 0, "validation": 1, "test": 2, "offline": 4}
 _SUBSET_STREAM = 5
 
