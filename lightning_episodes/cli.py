@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
+import errno
 import functools
 import importlib
 import logging
+import signal
 import sys
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytorch_lightning as pl
 import torch
@@ -38,6 +41,7 @@ from lightning_episodes.callbacks.checkpointing import (
     find_last_checkpoint,
 )
 from lightning_episodes.callbacks.defaults import default_callbacks
+from lightning_episodes.callbacks.preemption import PreemptionHandler
 from lightning_episodes.cli_checks import (
     backbone_class_path,
     check_accelerator,
@@ -46,8 +50,9 @@ from lightning_episodes.cli_checks import (
     own_outputs,
 )
 from lightning_episodes.commands.configs import CONFIG_HELP, ConfigFileOrName
-from lightning_episodes.console import TOOLS, TRAINER_COMMANDS, Preempted, run
+from lightning_episodes.console import TOOLS, TRAINER_COMMANDS, Preempted, run, suggest_options
 from lightning_episodes.data.datamodule import EpisodicDataModule
+from lightning_episodes.run_folder import OutputPathError
 
 #: The checkpoint callback of every run whose ``trainer.callbacks`` lists no ``ModelCheckpoint``: the best checkpoint
 #: by validation accuracy (``best-<step>-<val acc>.ckpt``) and ``last.ckpt``, the latest state every 100 steps, in
@@ -149,7 +154,33 @@ def _to_stderr(line: str) -> None:
 class EpisodicParser(LightningArgumentParser):
     """Shows a configuration as it runs (``--print_config``, the run's ``config.yaml``): with the default
     checkpoint callback that :class:`EpisodicCLI` adds. Its ``--config`` also takes a shipped config's name
-    (:class:`~lightning_episodes.commands.configs.ConfigFileOrName`)."""
+    (:class:`~lightning_episodes.commands.configs.ConfigFileOrName`).
+
+    Every option is named in full: argparse would otherwise take ``--trainer.max_step 10`` for
+    ``--trainer.max_steps`` (a prefix of one option), and a typo would run. jsonargparse builds every parser of the
+    command line from this class (the subcommands' parsers, which also copy ``allow_abbrev`` from the main one, and
+    those of the classes in ``init_args``), so all refuse abbreviations. An unknown option is an error naming the
+    nearest valid ones (:func:`~lightning_episodes.console.suggest_options`).
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    @override
+    def error(self, message: str, ex: Exception | None = None) -> NoReturn:
+        # a config file's unknown key is found by the main parser, which names the subcommand's parser
+        parser = getattr(ex, "subcommand_parser", None)
+        names = (parser if isinstance(parser, EpisodicParser) else self)._option_names()
+        super().error(suggest_options(message, names), ex)
+
+    def _option_names(self) -> list[str]:
+        """The option strings a user may give (not ``--x.help``, nor ``--x+``, jsonargparse's form for appending)."""
+        return [
+            option
+            for option, action in self._option_string_actions.items()
+            if not isinstance(action, argparse._HelpAction) and not option.endswith((".help", "+"))
+        ]
 
     @override
     def add_argument(self, *args: Any, **kwargs: Any) -> Any:
@@ -162,6 +193,8 @@ class EpisodicParser(LightningArgumentParser):
         if isinstance(cfg, Namespace) and isinstance(cfg.get("trainer"), Namespace):
             cfg = cfg.clone()
             add_default_checkpoint(cfg)
+        if "skip_none" in kwargs:  # Lightning's name for it, deprecated in jsonargparse 4.49 (it warned at this line)
+            kwargs["skip_unset"] = kwargs.pop("skip_none")
         return super().dump(cfg, *args, **kwargs)
 
 
@@ -332,25 +365,52 @@ class EpisodicCLI(LightningCLI):
                 super()._run_subcommand(subcommand)
             except SIGTERMException:
                 # Lightning ends the fit with a SystemExit of status 0: a preempted run must not look finished
-                # one line, from the process that wrote the checkpoint (the others exit with the same status)
-                raise Preempted(self._preempted(subcommand) if self.trainer.is_global_zero else "") from None
+                self._stop(subcommand, self._stopped_by())
+            except (KeyboardInterrupt, SystemExit) as stop:
+                # Ctrl-C that no PreemptionHandler turned into a stop (twice, or outside the training loop): raised
+                # as it is, or turned by Lightning into exit(1) after "attempting graceful shutdown"
+                if isinstance(stop, SystemExit) and not isinstance(stop.__context__, KeyboardInterrupt):
+                    raise
+                self._stop(subcommand, signal.SIGINT)
+            except OSError as error:
+                if subcommand != "fit" or not _no_space(error):
+                    raise
+                # the disk filled up while writing a checkpoint or a log: from where, and how, the run goes on
+                message = str(error) if isinstance(error, OutputPathError) else f"{error.filename}: {error.strerror}"
+                resume = self._last_written(first="free some space, then ")
+                raise OutputPathError(f"{message}; {resume}", error.filename or "") from error
 
-    def _preempted(self, subcommand: str) -> str:
-        """What a run stopped by SIGTERM tells its user: the step, where that state is, how to resume."""
-        step = self.trainer.global_step
+    def _stopped_by(self) -> signal.Signals:
+        """The signal that stopped the fit: :class:`~lightning_episodes.callbacks.PreemptionHandler`'s, or SIGTERM
+        (which Lightning's own handler turns into a ``SIGTERMException``)."""
+        handlers = (cb for cb in self.trainer.callbacks if isinstance(cb, PreemptionHandler))  # type: ignore[attr-defined]
+        return next((handler.stopped_by for handler in handlers if handler.stopped_by is not None), signal.SIGTERM)
+
+    def _stop(self, subcommand: str, signum: signal.Signals) -> NoReturn:
+        # one line, from the process that wrote the checkpoint (the others exit with the same status)
+        message = self._preempted(subcommand, signum) if self.trainer.is_global_zero else ""
+        raise Preempted(message, status=128 + signum) from None
+
+    def _preempted(self, subcommand: str, signum: signal.Signals) -> str:
+        """What a run stopped by a signal tells its user: the step, where that state is, how to resume."""
+        step, name = self.trainer.global_step, signum.name
         if subcommand != "fit":
-            return "stopped by SIGTERM before the end; nothing was written (run the same command again)"
+            return f"stopped by {name} before the end; nothing was written (run the same command again)"
+        tested = ", not tested" if self.config[subcommand].get("test_after_fit") else ""
+        return f"stopped by {name} at step {step} of {self.trainer.max_steps}{tested}: {self._last_written(step)}"
+
+    def _last_written(self, step: int | None = None, first: str = "") -> str:
+        """The ``last.ckpt`` this fit wrote, the step it holds (``that step`` if it is ``step``), and how to resume
+        from it (after ``first``: ``"free some space, then "``)."""
         callback = checkpoint_callback(self.trainer)
         last = getattr(callback, "last_model_path", "") if callback is not None else ""
-        resume = "resume with the same command and --ckpt_path last"
-        if last and Path(last).is_file() and int(read_checkpoint(last).get("global_step", -1)) == step:
-            where = f"{last} holds that step; {resume}"
-        elif last and Path(last).is_file():
-            where = f"the last checkpoint, {last}, holds an earlier step; {resume}"
-        else:
-            where = "no checkpoint was written (trainer.enable_checkpointing or a checkpoint callback is off)"
-        tested = ", not tested" if self.config[subcommand].get("test_after_fit") else ""
-        return f"stopped by SIGTERM at step {step} of {self.trainer.max_steps}{tested}: {where}"
+        if callback is None:
+            return "no checkpoint was written (trainer.enable_checkpointing or a checkpoint callback is off)"
+        if not last or not Path(last).is_file():
+            return f"no checkpoint was written yet ({first}run the same command again)"
+        written = int(read_checkpoint(last).get("global_step", -1))
+        held = "that step" if written == step else f"step {written}"
+        return f"{last} holds {held}; {first}resume with the same command and --ckpt_path last"
 
     def _before(self, subcommand: str) -> None:
         check_world_size(self.trainer, self.datamodule)
@@ -396,6 +456,16 @@ class EpisodicCLI(LightningCLI):
             self.trainer.test(self.model, datamodule=self.datamodule, ckpt_path="best" if has_best else None)
 
 
+def _no_space(error: BaseException) -> bool:
+    """Whether ``error`` or what it was raised from is a full disk (or a full quota)."""
+    chain: list[BaseException] = []
+    current: BaseException | None = error
+    while current is not None and all(current is not seen for seen in chain):
+        chain.append(current)
+        current = current.__cause__ or current.__context__
+    return any(isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT) for e in chain)
+
+
 def _factory_name(factory: Any) -> str:
     """The class a factory builds: ``Adam`` for jsonargparse's ``partial(..., torch.optim.Adam, lr=...)`` or the
     class itself; ``""`` when it cannot tell."""
@@ -430,9 +500,15 @@ class _NoAdvertisement(logging.Filter):
 
 def quiet_lightning() -> None:
     """Silence what Lightning prints in every run that no user of this command can act on: the advertisement of its
-    cloud logger, and a deprecation warning raised inside Lightning itself (``LeafSpec``, from its own ``_pytree``).
+    cloud logger, the deprecation warnings raised inside Lightning itself (``LeafSpec``, from its own ``_pytree``;
+    jsonargparse's, of what LightningCLI calls: ``add_instantiator``, ``instantiate_classes``, ``save(skip_none=)``),
+    and its warning that ``args`` came with a command line (``main(args)`` runs in process: in a test, a notebook).
     Warnings and messages about the run itself are kept. Idempotent."""
     warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)` is deprecated")
+    warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"pytorch_lightning\.cli$")
+    warnings.filterwarnings(
+        "ignore", "LightningCLI's args parameter is intended", UserWarning, r"pytorch_lightning\.cli$"
+    )
     logger = logging.getLogger("pytorch_lightning.utilities.rank_zero")
     if not any(isinstance(existing, _NoAdvertisement) for existing in logger.filters):
         logger.addFilter(_NoAdvertisement())

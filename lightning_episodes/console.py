@@ -4,20 +4,23 @@ mistakes reported as one line.
 A wrong argument, an invalid value (``--data.ways 0``) or a missing file is the user's to fix, not a crash:
 the command prints a short usage line, ``<command>: error: <message naming the parameter>`` and a hint, and
 exits with status 2 (as ``argparse`` does), with no traceback. ``LIGHTNING_EPISODES_DEBUG=1`` in the
-environment shows the full traceback instead. A run stopped by ``SIGTERM`` (a scheduler's preemption) says in one line
-where its state is and how to resume, and exits with status 143 (128 + SIGTERM, as a shell reports a process that the
-signal ended), never 0. Anything else (a bug) keeps its traceback and exit status 1.
+environment shows the full traceback instead. An option that does not exist (or abbreviated: every option is named in
+full) names the nearest valid ones. A run stopped by ``SIGTERM`` (a scheduler's preemption), ``SIGINT`` (Ctrl-C) or
+``SIGUSR1`` says in one line where its state is and how to resume, and exits with status 128 + the signal's number
+(143, 130, 138: as a shell reports a process that the signal ended), never 0. Anything else (a bug) keeps its
+traceback and exit status 1.
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import os
 import re
 import sys
 import traceback
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 
 #: Set to 1 (or any non-empty value but 0) to see the traceback of a user error.
@@ -35,7 +38,18 @@ PREEMPTED_STATUS = 143
 
 
 class Preempted(Exception):
-    """A run stopped by ``SIGTERM`` before its end; the message says where its state is and how to resume it."""
+    """A run stopped by a signal (``SIGTERM``, ``SIGINT``, ``SIGUSR1``) before its end; the message says where its
+    state is and how to resume it.
+
+    Args:
+        message: that line (empty in the processes of a distributed run that did not write the checkpoint).
+        status: the exit status, 128 + the signal's number as a shell reports a process the signal ended (default
+            :data:`PREEMPTED_STATUS`, SIGTERM's).
+    """
+
+    def __init__(self, message: str = "", status: int = PREEMPTED_STATUS) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 #: A tool: ``(module with main(argv) -> int, one-line help)``.
@@ -137,7 +151,7 @@ def run(argv: list[str] | None, trainer_cli: Callable[..., object], tools: Mappi
     except Preempted as stopped:
         if str(stopped):
             sys.stderr.write(f"{PROG} {command}: {stopped}\n")
-        return PREEMPTED_STATUS
+        return stopped.status
     except Exception as error:
         name = f"{PROG} {command}" if command else PROG
         diverged = _diverged(error)
@@ -276,7 +290,73 @@ def _argument_message(chain: list[BaseException]) -> str:
     leaf = leaf.replace("Expected a ", "expected ").replace(". Got value: ", ", got ")
     if "is not accepted" in leaf and class_path:
         leaf = f"{leaf} by {class_path}"
+    if near := _suggested(chain):  # a class's options are named under their section: --shots is --data.shots
+        leaf += _did_you_mean([f"--{'.'.join(keys)}.{name[2:]}" if keys else name for name in near])
     return _one_line(f"--{'.'.join(keys)}: {leaf}" if keys else leaf)
+
+
+#: jsonargparse's messages for an option that a parser does not have: given on the command line, as a key of a
+#: class's ``init_args`` (``--data.shot 3``), or as a key of a config file (``trainer: {max_step: 10}``).
+_UNRECOGNIZED = re.compile(r"unrecognized arguments: (?P<args>.+)", re.DOTALL)
+_NOT_ACCEPTED = re.compile(r"Option '(?P<key>[^']+)' is not accepted")
+_NOT_IN_SUBCOMMAND = re.compile(r"Subcommand '[^']+' does not accept option '(?P<key>[^']+)'")
+
+
+def nearest_names(name: str, names: Iterable[str]) -> list[str]:
+    """The few of ``names`` closest to ``name`` (a mistyped option), closest first; ``[]`` when none is close.
+
+    Only the names about as close as the closest are kept: options of one section share their prefix
+    (``--trainer.``), so that every name of the section is "close" to a typo in any of them.
+    """
+    names = list(dict.fromkeys(names))
+    close = difflib.get_close_matches(name, names, n=3, cutoff=0.75)
+    ratio = {other: difflib.SequenceMatcher(None, name, other).ratio() for other in close}
+    return [other for other in close if ratio[other] >= ratio[close[0]] - 0.05] if close else []
+
+
+def _did_you_mean(names: list[str]) -> str:
+    return f"; did you mean {' or '.join(names)}?" if names else ""
+
+
+def suggest_options(message: str, options: Iterable[str]) -> str:
+    """A parser's error about options it does not have, naming the nearest of its ``options``; other messages as
+    they are.
+
+    ``unrecognized arguments: --trainer.max_step 10`` becomes ``unknown option --trainer.max_step; did you mean
+    --trainer.max_steps?`` (values and other words left over are dropped: they belong to the unknown options), and
+    ``Option 'shot' is not accepted`` (a class's parser, whose ``options`` are ``--shots`` and the like) gains
+    ``; did you mean --shots?``, which :func:`user_error` prefixes with the option's section (``--data.shots``);
+    a config file's ``Subcommand 'fit' does not accept option 'trainer.max_step'`` gains ``; did you mean
+    trainer.max_steps?`` (given the subcommand's options).
+
+    Args:
+        message: the parser's message.
+        options: the parser's option strings (``--trainer.max_steps``, ...).
+    """
+    options = [option for option in options if option.startswith("--")]
+    if match := _NOT_ACCEPTED.fullmatch(message):
+        return message + _did_you_mean(nearest_names(f"--{match['key']}", options))
+    if match := _NOT_IN_SUBCOMMAND.fullmatch(message):  # a config file's key: named as in the file
+        return message + _did_you_mean([name[2:] for name in nearest_names(f"--{match['key']}", options)])
+    if not (match := _UNRECOGNIZED.fullmatch(message)):
+        return message
+    unknown = [arg.split("=", 1)[0] for arg in match["args"].split() if re.match(r"--?[A-Za-z_]", arg)]
+    if not unknown:
+        return message  # words without an option: argparse's message says it best
+    if len(unknown) == 1:
+        return f"unknown option {unknown[0]}{_did_you_mean(nearest_names(unknown[0], options))}"
+    near = {arg: nearest_names(arg, options) for arg in unknown}
+    return "unknown options " + ", ".join(
+        f"{arg} (did you mean {' or '.join(near[arg])}?)" if near[arg] else arg for arg in near
+    )
+
+
+def _suggested(chain: list[BaseException]) -> list[str]:
+    """The names that a parser suggested (:func:`suggest_options`) in the error it raised from the leaf of ``chain``,
+    whose own message lacks them."""
+    ask = f"{str(chain[-1]).strip().strip(chr(34))}; did you mean "
+    message = next((str(e) for e in reversed(chain[:-1]) if str(e).startswith(ask)), "")
+    return message[len(ask) :].removesuffix("?").split(" or ") if message else []
 
 
 def _one_line(message: str) -> str:

@@ -41,8 +41,9 @@ class ResumableCheckpoint(ModelCheckpoint):
     - after a validation at such a step, and whenever a top-k checkpoint is written, so that it records the
       validation's outcome (the best path that ``test --ckpt_path best`` reads from it);
     - at the end of ``fit``: after ``fit``, it always holds the final weights;
-    - when the run is preempted (``SIGTERM``, which :class:`~lightning_episodes.callbacks.PreemptionHandler` or
-      Lightning turns into a ``SIGTERMException`` at the end of a training batch): it holds the state at that step.
+    - when the run is preempted (``SIGTERM``, ``SIGINT`` or ``SIGUSR1``, which
+      :class:`~lightning_episodes.callbacks.PreemptionHandler`, or Lightning for ``SIGTERM``, turns into a
+      ``SIGTERMException`` at the end of a training batch): it holds the state at that step.
 
     Resuming from it (``fit --ckpt_path last``) continues exactly where it was written. Every file is written
     atomically (a temporary file in the same folder, flushed to disk and renamed over the old one): a run killed,

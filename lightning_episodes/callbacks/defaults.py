@@ -1,5 +1,5 @@
 """The callbacks every run of the command line gets: a non-finite guard, the test record's writer, the handler of
-preemption (``SIGTERM``) and the feedback of an adaptive task sampler (idle without one).
+preemption (``SIGTERM``, ``SIGINT``, ``SIGUSR1``) and the feedback of an adaptive task sampler (idle without one).
 
 ``lightning-episodes fit|validate|test`` adds each of them to a Trainer whose ``trainer.callbacks`` has none of its
 own (list one there to change its options). A Trainer built in Python gets only the callbacks it is given:
@@ -43,7 +43,7 @@ def default_callbacks(present: Iterable[Callback] = ()) -> list[Callback]:
         A :class:`~lightning_episodes.callbacks.NonFiniteGuard` (skips non-finite training steps, stops a diverged
         run), a :class:`~lightning_episodes.callbacks.TestResultsWriter` (writes ``test_results.json`` and
         ``test_episodes.csv`` after a test), a :class:`~lightning_episodes.callbacks.PreemptionHandler` (stops a
-        fit on ``SIGTERM`` at the same step in every process) and a
+        fit on ``SIGTERM``, ``SIGINT`` or ``SIGUSR1`` at the same step in every process) and a
         :class:`~lightning_episodes.callbacks.TaskSamplerFeedback` (feeds an adaptive ``data.task_sampler``; idle
         without one), each unless ``present`` has one.
     """

@@ -24,17 +24,19 @@ class CrashAt(Callback):
             raise RuntimeError("CRASH")
 
 
-class SigtermAt(Callback):
-    """Sends this process SIGTERM at the end of the batch that makes global step ``step`` (a preempted run); under
-    DDP only in the process of global rank ``rank`` (``None``: in every process)."""
+class SignalAt(Callback):
+    """Sends this process ``signal`` (a name: SIGTERM, SIGINT, SIGUSR1) at the end of the batch that makes global step
+    ``step`` (a preempted or interrupted run); under DDP only in the process of global rank ``rank`` (``None``: in
+    every process)."""
 
-    def __init__(self, step: int, rank: int | None = None) -> None:
+    def __init__(self, step: int, rank: int | None = None, signal: str = "SIGTERM") -> None:
         self.step = step
         self.rank = rank
+        self.signal = signal
 
     def on_train_batch_end(self, trainer: pl.Trainer, *args: Any) -> None:
         if trainer.global_step == self.step and self.rank in (None, trainer.global_rank):
-            os.kill(os.getpid(), signal.SIGTERM)
+            os.kill(os.getpid(), getattr(signal, self.signal))
 
 
 def save_rank(folder: Path, trainer: pl.Trainer, state: dict[str, Any]) -> None:

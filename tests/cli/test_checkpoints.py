@@ -33,7 +33,7 @@ def _config(folder: Path, crash_at: int | None = None, sigterm_at: int | None = 
         crash = {"class_path": "tests.callbacks.test_checkpointing.CrashAt", "init_args": {"step": crash_at}}
         callbacks = [crash, CHECKPOINT]
     if sigterm_at is not None:
-        callbacks = [{"class_path": "tests.callbacks.helpers.SigtermAt", "init_args": {"step": sigterm_at}}, CHECKPOINT]
+        callbacks = [{"class_path": "tests.callbacks.helpers.SignalAt", "init_args": {"step": sigterm_at}}, CHECKPOINT]
     config = {
         "seed_everything": 0,
         "trainer": {
@@ -174,22 +174,24 @@ def test_the_command_line_exits_non_zero_when_sigterm_stops_a_fit(tmp_path: Path
 
 
 @pytest.mark.slow
-def test_under_ddp_sigterm_in_one_process_stops_both_at_the_same_step(tmp_path: Path) -> None:
-    """2 CPU processes, SIGTERM to rank 1 alone: both stop after step 3 (Lightning's own handler can leave them in
-    different collectives and hang), last.ckpt holds step 3, one line, status 143."""
+@pytest.mark.parametrize(("name", "status"), [("SIGTERM", 143), ("SIGUSR1", 138)])
+def test_under_ddp_sigterm_in_one_process_stops_both_at_the_same_step(tmp_path: Path, name: str, status: int) -> None:
+    """2 CPU processes, SIGTERM (or SIGUSR1) to rank 1 alone: both stop after step 3 (Lightning's own handler can
+    leave them in different collectives and hang), last.ckpt holds step 3, one line naming the signal, the status
+    128 + its number."""
     config = _config(tmp_path, sigterm_at=3)
     settings = yaml.safe_load(config.read_text())
-    settings["trainer"]["callbacks"][0]["init_args"]["rank"] = 1
+    settings["trainer"]["callbacks"][0]["init_args"].update(rank=1, signal=name)
     config.write_text(yaml.safe_dump(settings))
     command = [sys.executable, "-m", "lightning_episodes", "fit", "--config", str(config), "--test_after_fit=true"]
     command += ["--data.dataset=glyphs", "--data.image_size=28", "--data.channels=1"]
     command += ["--trainer.accelerator=cpu", "--trainer.devices=2", "--trainer.strategy=ddp"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     result = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
-    assert result.returncode == 143, result.stderr[-2000:]
-    lines = [line for line in result.stderr.splitlines() if "stopped by SIGTERM" in line]
+    assert result.returncode == status, result.stderr[-2000:]
+    lines = [line for line in result.stderr.splitlines() if f"stopped by {name}" in line]
     assert len(lines) == 1
-    assert lines[0].startswith("lightning-episodes fit: stopped by SIGTERM at step 3 of 8, not tested: ")
+    assert lines[0].startswith(f"lightning-episodes fit: stopped by {name} at step 3 of 8, not tested: ")
     assert lines[0].endswith("last.ckpt holds that step; resume with the same command and --ckpt_path last")
     assert torch.load(tmp_path / "logs/version_0/checkpoints/last.ckpt", weights_only=True)["global_step"] == 3
     assert not list(tmp_path.rglob("test_results.json"))

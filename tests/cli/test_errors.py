@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from lightning_episodes.console import DEBUG_ENV, user_error
+from lightning_episodes.console import DEBUG_ENV, suggest_options, user_error
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent / "lightning-episodes"
@@ -60,7 +60,7 @@ def _error_line(stderr: str, command: str = "fit") -> str:
             "--data: Option 'nope' is not accepted by lightning_episodes.data.EpisodicDataModule",
             marks=pytest.mark.slow,
         ),
-        pytest.param(["--nope", "1"], "unrecognized arguments: --nope 1", marks=pytest.mark.slow),
+        pytest.param(["--nope", "1"], "unknown option --nope", marks=pytest.mark.slow),
     ],
 )
 def test_a_bad_value_is_one_line_with_status_2(tmp_path: Path, args: list[str], message: str | tuple[str]) -> None:
@@ -95,6 +95,69 @@ def test_a_bad_optimiser_argument_is_one_line_before_anything_is_written(
     assert "Traceback" not in done.stderr
     assert _error_line(done.stderr) == f"lightning-episodes fit: error: {message}"
     assert not (tmp_path / "runs").exists()  # no log folder, no config.yaml, no checkpoint folder
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--trainer.max_step", "10"], "unknown option --trainer.max_step; did you mean --trainer.max_steps?"),
+        (
+            ["--data.shot", "3"],
+            "--data: Option 'shot' is not accepted by lightning_episodes.data.EpisodicDataModule; did you mean "
+            "--data.shots?",
+        ),
+        (
+            ["--config", "typo.yaml"],
+            "Subcommand 'fit' does not accept option 'trainer.max_step'; did you mean trainer.max_steps?",
+        ),
+    ],
+)
+def test_an_abbreviated_or_unknown_option_names_the_nearest_and_runs_nothing(
+    tmp_path: Path, args: list[str], message: str
+) -> None:
+    """argparse took `--trainer.max_step 10` for `--trainer.max_steps`: the quickstart ran (exit 0), overwriting its
+    run. Every option is named in full, on the command line or in a config file."""
+    (tmp_path / "typo.yaml").write_text("trainer:\n  max_step: 10\n")
+    done = _run(tmp_path, "fit", "--config", "quickstart", *args)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert _error_line(done.stderr) == f"lightning-episodes fit: error: {message}"
+    assert "Traceback" not in done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["typo.yaml"]  # no runs/: nothing trained, no checkpoint
+
+
+@pytest.mark.parametrize("command", ["fit", "validate", "test"])
+def test_every_subcommand_refuses_an_abbreviated_option(command: str) -> None:
+    from lightning_episodes.cli import main
+
+    with pytest.raises(argparse.ArgumentError, match=r"^unknown option --trainer.max_step; did you mean --trainer"):
+        main([command, "--model", "ProtoNet", "--trainer.max_step", "10"], exit_on_error=False)
+
+
+@pytest.mark.parametrize(
+    ("message", "expected"),
+    [
+        (
+            "unrecognized arguments: --trainer.max_step 10",
+            "unknown option --trainer.max_step; did you mean --trainer.max_steps?",
+        ),
+        (
+            "unrecognized arguments: --trainer.max_step=10",
+            "unknown option --trainer.max_step; did you mean --trainer.max_steps?",
+        ),
+        ("unrecognized arguments: --nope 1", "unknown option --nope"),
+        (
+            "unrecognized arguments: --trainer.max_epoch 3 --nope",
+            "unknown options --trainer.max_epoch (did you mean --trainer.max_epochs?), --nope",
+        ),
+        ("unrecognized arguments: extra", "unrecognized arguments: extra"),  # no option: argparse's words
+        ("Option 'shot' is not accepted", "Option 'shot' is not accepted; did you mean --shots?"),
+        ("expected int, got x", "expected int, got x"),
+    ],
+)
+def test_suggest_options_names_the_nearest_options(message: str, expected: str) -> None:
+    options = ["--trainer.max_steps", "--trainer.min_steps", "--trainer.max_epochs", "--trainer.min_epochs", "--shots"]
+    assert suggest_options(message, options) == expected
 
 
 @pytest.mark.slow

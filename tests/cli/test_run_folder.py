@@ -169,7 +169,8 @@ def test_a_failed_checkpoint_write_keeps_the_previous_last_ckpt(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], fault: str
 ) -> None:
     """last.ckpt every 2 steps; the second write fails half-way: last.ckpt is still the step-2 state; a full disk
-    is one line naming the file; after the kill, `fit --ckpt_path last` resumes from step 2 and finishes."""
+    is one line naming the file and saying how to resume from it; `fit --ckpt_path last` resumes from step 2 and
+    finishes."""
     folder = tmp_path / "checkpoints"
     config = _with_dirpath(tmp_path, folder, max_steps=6, val_check_interval=6)
     faulty = f"--trainer.plugins={json.dumps({'class_path': f'{__name__}.FaultyCheckpointIO'})}"
@@ -180,14 +181,31 @@ def test_a_failed_checkpoint_write_keeps_the_previous_last_ckpt(
     else:
         assert entry(args) == 2
         (line,) = _error_lines(capsys)
-        expected = f"could not write {folder / 'last.ckpt'}: No space left on device (the previous file is kept)"
-        assert line.endswith(expected)
+        last = folder / "last.ckpt"
+        assert line.endswith(
+            f"could not write {last}: No space left on device (the previous file is kept); {last} holds step 2; "
+            "free some space, then resume with the same command and --ckpt_path last"
+        )
     assert torch.load(folder / "last.ckpt", weights_only=True)["global_step"] == 2
     assert sorted(p.name for p in folder.iterdir() if p.name != LOCK_NAME) == ["last.ckpt"]  # no temporary left
-    if fault == "kill":
-        assert entry(["fit", "--config", str(config), "--ckpt_path", "last"]) == 0
-        assert torch.load(folder / "last.ckpt", weights_only=True)["global_step"] == 6
-        assert not (folder / LOCK_NAME).exists()
+    assert entry(["fit", "--config", str(config), "--ckpt_path", "last"]) == 0
+    assert torch.load(folder / "last.ckpt", weights_only=True)["global_step"] == 6
+    assert not (folder / LOCK_NAME).exists()
+
+
+def test_a_full_disk_at_the_first_checkpoint_says_to_run_again(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = tmp_path / "checkpoints"
+    config = _with_dirpath(tmp_path, folder, max_steps=6, val_check_interval=6)
+    faulty = f"--trainer.plugins={json.dumps({'class_path': f'{__name__}.FaultyCheckpointIO'})}"
+    assert entry(["fit", "--config", str(config), faulty, "--trainer.plugins.init_args.fail_at=1"]) == 2
+    (line,) = _error_lines(capsys)
+    assert line.endswith(
+        f"could not write {folder / 'last.ckpt'}: No space left on device; no checkpoint was written yet (free some "
+        "space, then run the same command again)"
+    )
+    assert not (folder / LOCK_NAME).exists()
 
 
 def test_a_fit_removes_the_temporary_files_of_killed_checkpoint_writes(tmp_path: Path) -> None:
