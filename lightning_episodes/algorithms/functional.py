@@ -30,8 +30,8 @@ def scaled_cosine(x: Tensor, centres: Tensor, scale: Tensor | float) -> Tensor:
 
 
 def query_loss(logits: Tensor, labels: Tensor, label_smoothing: float = 0.0) -> tuple[Tensor, Tensor]:
-    """Per-episode mean cross-entropy (with ``label_smoothing``, as ``torch.nn.functional.cross_entropy`` applies it) and
-    accuracy ``([B], [B])`` of ``logits`` ``[B, Q, ways]`` against ``labels`` ``[B, Q]``."""
+    """Per-episode mean cross-entropy (with ``label_smoothing``, as ``torch.nn.functional.cross_entropy`` applies
+    it) and accuracy ``([B], [B])`` of ``logits`` ``[B, Q, ways]`` against ``labels`` ``[B, Q]``."""
     losses = F.cross_entropy(logits.transpose(1, 2), labels, reduction="none", label_smoothing=label_smoothing)
     losses = losses.mean(1)
     accuracies = (logits.argmax(-1) == labels).float().mean(1)
