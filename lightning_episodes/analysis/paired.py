@@ -49,6 +49,19 @@ class PairedDifference:
     seed_differences: tuple[float, ...] | None = None
 
     @property
+    def trainings(self) -> int:
+        """``k``, the seed pairs of :attr:`seed_differences` (0 when the arms have different seed counts): the number
+        of trainings per arm that the interval over trainings, :attr:`seed_ci95`, rests on."""
+        return 0 if self.seed_differences is None else len(self.seed_differences)
+
+    @property
+    def seed_mean(self) -> float | None:
+        """Mean of :attr:`seed_differences`, the difference paired by seed (``None`` when the arms have different
+        seed counts). With as many seeds in both arms it is :attr:`mean`: averaging over seeds and over episodes
+        commute."""
+        return None if self.seed_differences is None else float(np.mean(self.seed_differences))
+
+    @property
     def seed_sd(self) -> float | None:
         """Standard deviation (ddof = 1) of :attr:`seed_differences`: the spread between trainings that
         :attr:`ci95` leaves out (``None`` with fewer than two seed pairs)."""

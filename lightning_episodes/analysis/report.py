@@ -5,7 +5,8 @@
 sampling scheme, columns are test dataset x backbone x ways/shots, each cell the mean test accuracy (%) +- its
 95% confidence interval. In each column the best entry is bold, and so is every entry whose interval overlaps
 the best entry's (``--bold-within scenario``: the best per algorithm instead); a dagger marks a scheme that
-matches or beats its algorithm's baseline (mean at least the baseline's, or overlapping intervals).
+matches or beats its algorithm's baseline (mean at least the baseline's, or overlapping intervals). The marks compare
+cells of two or more seeds only, whose intervals cover the spread between trainings (see below).
 
 What a run folder must hold (the CLI writes both into the logger's folder):
 
@@ -31,8 +32,10 @@ interval, which is shared because every seed is tested on the same fixed episode
 the Student-t interval of the mean over the k seeds, which covers the spread between trainings:
 ``half-width = sqrt(mean_i(ci_i^2) + (t sd / sqrt(k))^2)``, ``t`` the 0.975 quantile of Student's t with k - 1
 degrees of freedom (4.30 for k = 3, 12.71 for k = 2; one run: its own ``ci95``, over the test episodes alone, the
-spread between trainings unmeasured). The bold and † marks compare these intervals. Two records of one
-cell and seed (e.g. a checkpoint tested twice) count once: the newest file is kept, with a warning.
+spread between trainings unmeasured). The bold and † marks compare these intervals, of cells of two or more seeds
+only: a claim about trainings needs the interval over trainings, so a cell of one seed, whose interval covers only
+which test episodes were drawn, gets no mark, is never the best and gives no †. Two records of one cell and seed
+(e.g. a checkpoint tested twice) count once: the newest file is kept, with a warning.
 """
 
 from __future__ import annotations
@@ -86,7 +89,8 @@ LEGEND = (
     "interval adds the Student-t interval over the seeds' means (t with k − 1 degrees of freedom × sd / √k), which "
     "covers the spread between trainings, to the test-episode interval. **Bold**: the best entry and every entry "
     "whose interval overlaps it. †: matches or beats the same algorithm's baseline (a mean at least the baseline's, "
-    "or overlapping intervals)."
+    "or overlapping intervals). Both marks compare cells of two or more seeds only: a claim about trainings needs the "
+    "interval over trainings, so a cell of one seed gets no mark (nor sets the best, nor as a baseline gives a †)."
 )
 #: Header of the CSV table (accuracies in %; ``bold`` and ``matches_baseline`` are 0/1).
 CSV_COLUMNS = ("algorithm", "target", "estimate", "options", "dataset", "backbone", "ways", "shots", "split",
@@ -485,25 +489,27 @@ def build_table(results: Iterable[RunResult], bold_within: BoldWithin = "column"
     Args:
         results: test runs, e.g. ``[read_result(p) for p in find_results(dirs)]``.
         bold_within: ``"column"``: bold the best entry of each column and every entry overlapping it;
-            ``"scenario"``: the same within each algorithm's rows of a column.
+            ``"scenario"``: the same within each algorithm's rows of a column. Either way, among cells of two or more
+            seeds only: a cell of one seed gets no mark.
 
     Returns:
         The table, rows and columns in the paper's order (known names first).
     """
     plain = {key: combine(runs) for key, runs in _unique_seeds(results).items()}
+    # marks only between intervals over trainings: a one-seed cell's covers its test episodes alone
+    marked = {key: cell for key, cell in plain.items() if cell.seeds >= 2}
     groups: dict[tuple[Any, ...], list[tuple[Row, Column]]] = defaultdict(list)
-    for row, column in plain:
+    for row, column in marked:
         groups[(column, row.algorithm) if bold_within == "scenario" else (column,)].append((row, column))
-    best = {group: max((plain[key] for key in keys), key=lambda c: c.mean) for group, keys in groups.items()}
-    cells = {}
+    best = {group: max((marked[key] for key in keys), key=lambda c: c.mean) for group, keys in groups.items()}
+    cells = {key: replace(cell, bold=False, matches_baseline=False) for key, cell in plain.items()}
     for group, keys in groups.items():
         for row, column in keys:
-            cell, baseline = plain[row, column], plain.get((Row(row.algorithm, "baseline"), column))
+            cell, baseline = marked[row, column], marked.get((Row(row.algorithm, "baseline"), column))
             matches = False
             if row.target != "baseline" and baseline is not None:
                 matches = cell.mean >= baseline.mean - _EPS or cell.overlaps(baseline)
-            bold = cell.overlaps(best[group])
-            cells[row, column] = Cell(cell.mean, cell.ci95, cell.seeds, cell.seed_sd, cell.episodes, bold, matches)
+            cells[row, column] = replace(cell, bold=cell.overlaps(best[group]), matches_baseline=matches)
     rows = sorted({row for row, _ in cells}, key=Row.key)
     columns = sorted({column for _, column in cells}, key=Column.key)
     return ResultsTable(rows, columns, cells)

@@ -1,12 +1,15 @@
-"""``lightning-episodes compare``: the paired per-episode test-accuracy difference of sampling schemes against a
-baseline, per scenario, on folders laid out by ``scripts/run_scenario.py``::
+"""``lightning-episodes compare``: the test-accuracy difference of sampling schemes against a baseline, per scenario,
+on folders laid out by ``scripts/run_scenario.py``: over trainings first (paired by seed, the t interval over the
+seed pairs), then over test episodes only (paired per episode)::
 
     lightning-episodes compare runs/study/glyphs_5w1s__protonet_euclidean_conv4 \\
         runs/study/glyphs_5w5s__protonet_euclidean_conv4 --baseline baseline_online --treatment uniform_online
 
 Each run's per-episode test scores are its test's ``test_episodes.csv`` (written beside ``test_results.json`` by the
 test itself); a run tested without one (by an older version) has its best checkpoint scored on the test episodes
-once, and the table cached there. The statistics are :func:`~lightning_episodes.analysis.paired_difference`'s.
+once, and the table cached there. The statistics are :func:`~lightning_episodes.analysis.paired_difference`'s, the
+table, its family correction and the forest plot :mod:`lightning_episodes.analysis.comparison`'s and
+:mod:`lightning_episodes.analysis.forest`'s.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from typing import Any, Literal
 
 import torch
 
+from lightning_episodes.analysis.comparison import Comparison, Correction, comparison_markdown, relative_labels
 from lightning_episodes.analysis.paired import paired_difference
 from lightning_episodes.analysis.protocols import distinguishing_settings
 from lightning_episodes.analysis.report import (
@@ -31,7 +35,6 @@ from lightning_episodes.analysis.report import (
     combine,
     distinguish_protocols,
     find_results,
-    format_cell,
     read_result,
 )
 from lightning_episodes.commands._common import (
@@ -53,17 +56,6 @@ from lightning_episodes.evaluation import (
     score_episodes,
 )
 from lightning_episodes.evaluation.record import UnreadableRecord, read_record
-
-#: The legend printed under the Markdown table.
-LEGEND = (
-    "Test accuracy (%): the mean over seeds ± 95% interval, combined as `lightning-episodes report` does (sd: over "
-    "seeds). Paired difference: treatment − baseline in percentage points, per test episode averaged over each arm's "
-    "seeds; mean ± 95% Student-t interval over the shared test episodes, and the paired t-test's two-sided p-value. "
-    "That interval holds the trained models fixed: it covers the sampling of test episodes, not the variance between "
-    "trainings; the per-seed differences (seed s of one arm against seed s of the other) show that spread, and the "
-    "across-seeds interval covers it: ± the 95% Student-t half-width of their mean over the seed pairs, with the "
-    "one-sample t-test's p-value (– with fewer than two seed pairs)."
-)
 
 
 def run_record(run_dir: Path) -> Path:
@@ -212,11 +204,11 @@ def compare_scenario(
     baseline_from: Path | None = None,
     differing: Sequence[str] = (),
     skip_unreadable: bool = False,
-) -> tuple[RunResult, list[str], list[UnreadableRecord]]:
+) -> tuple[RunResult, Comparison, list[UnreadableRecord]]:
     """One row of :func:`main`'s table: the scenario's first run (its benchmark and training protocol, which label
-    the row), the row's other entries (both arms and their paired difference, over every ``seed<N>`` folder,
-    those of ``seeds``, or with ``seeds="tested"`` those where both arms have a test record), and the test records
-    it left out because they cannot be read (with ``skip_unreadable``).
+    the row), the row's comparison (both arms and their paired difference, over every ``seed<N>`` folder, those of
+    ``seeds``, or with ``seeds="tested"`` those where both arms have a test record; its ``folder`` is the scenario
+    folder's name), and the test records it left out because they cannot be read (with ``skip_unreadable``).
 
     Args:
         baseline_from: another scenario folder whose ``seed<N>/<baseline>`` runs are the baseline arm (the same seeds
@@ -287,23 +279,17 @@ def compare_scenario(
         difference = paired_difference(arms["baseline"][0], arms["treatment"][0])
     except ValueError as error:  # its tables are numbered in seed order
         raise ValueError(f"{scenario} ({', '.join(seed.name for seed in folders)}): {error}") from None
-    per_seed = ", ".join(
-        f"{seed.name} {100 * d:+.2f}" for seed, d in zip(folders, difference.seed_differences or (), strict=True)
+    comparison = Comparison(
+        folder=scenario.name,
+        scenario=first.column.label,
+        algorithm=algorithm,
+        treatment=treatment,
+        baseline_cell=combine(arms["baseline"][1]),
+        treatment_cell=combine(arms["treatment"][1]),
+        difference=difference,
+        seeds=tuple(seed.name for seed in folders),
     )
-    across = "–"
-    if difference.seed_ci95 is not None and difference.seed_pvalue is not None:
-        across = f"± {100 * difference.seed_ci95:.2f} (p {_pvalue(difference.seed_pvalue)})"
-    entries = [
-        algorithm,
-        format_cell(combine(arms["baseline"][1])),
-        format_cell(combine(arms["treatment"][1])),
-        f"{100 * difference.mean:+.2f} ± {100 * difference.ci95:.2f}",
-        _pvalue(difference.pvalue),
-        per_seed,
-        across,
-        str(difference.episodes),
-    ]
-    return first, entries, unreadable
+    return first, comparison, unreadable
 
 
 def _check_protocols(
@@ -386,24 +372,24 @@ def _same_protocol(
     )
 
 
-def _pvalue(p: float) -> str:
-    return "< 0.001" if p < 0.001 else f"{p:.3f}"
-
-
 DESCRIPTION = """\
-Paired per-episode test-accuracy difference of sampling schemes against a baseline, per scenario: each
-scenario folder holds seed<N>/<scheme>/ runs (as scripts/run_scenario.py lays them out); one Markdown row
-per scenario and treatment with each arm's accuracy over seeds and the paired difference with its interval
-and p-value, over test episodes and over seed pairs. Arms trained differently (in any setting, precision
-included) are refused unless --differing names the setting; runs made on different processors are warned
-about. A test record that cannot be read stops it, each such record named; --skip-unreadable leaves out the
-seeds of such records instead, naming each under the table.
+Test-accuracy difference of sampling schemes against a baseline, per scenario: each scenario folder holds
+seed<N>/<scheme>/ runs (as scripts/run_scenario.py lays them out); one Markdown row per scenario and
+treatment, led by the difference over trainings (paired by seed: the mean of the seed pairs' differences
+with its 95% t interval and one-sample t-test p, k - 1 degrees of freedom), then the per-seed differences,
+then the paired per-episode difference, which covers test episodes only, then each arm's accuracy.
+--correction holm adds Holm's adjusted p over the treatments of each scenario (--family names the family);
+--forest draws the differences. Arms trained differently (in any setting, precision included) are refused
+unless --differing names the setting; runs made on different processors are warned about. A test record
+that cannot be read stops it, each such record named; --skip-unreadable leaves out the seeds of such
+records instead, naming each under the table.
 
 examples:
   lightning-episodes compare runs/study/glyphs_5w1s__protonet_euclidean_conv4 \\
       --baseline baseline_online --treatment uniform_online --markdown compare.md
   lightning-episodes compare runs/scarce/glyphs_100_5w5s__protonet_cosine_conv4 --seeds tested \\
-      --treatment uniform_online uniform_resample baseline_online__hard_task_mining
+      --treatment uniform_online uniform_resample baseline_online__hard_task_mining \\
+      --correction holm --family M --forest forest.png --markdown compare.md
   # the same cell's baseline at another learning rate, paired with the baseline at the usual one
   lightning-episodes compare runs/scarce_lr7e-4/glyphs_100_5w5s__protonet_cosine_conv4 --seeds [0] \\
       --baseline-from runs/scarce/glyphs_100_5w5s__protonet_cosine_conv4 --treatment baseline_online \\
@@ -442,6 +428,23 @@ def parser() -> Any:
         "[model.optimizer.lr]; any other difference is still refused",
     )
     parser.add_argument("--markdown", type=Path | None, default=None, help="also write the Markdown table here")
+    parser.add_argument(
+        "--correction",
+        type=Correction,
+        default="none",
+        help="a family correction over the treatments of each scenario: holm (Holm's step-down adjusted p beside "
+        "the raw p: over trainings with two or more seeds, else over test episodes), or none",
+    )
+    parser.add_argument(
+        "--family", type=str | None, default=None, help="the family's name (a study plan's), printed in the header"
+    )
+    parser.add_argument(
+        "--forest",
+        type=Path | None,
+        default=None,
+        help="also draw every treatment - baseline with its 95% interval over trainings (a forest plot: PNG, PDF, "
+        "SVG); one-seed rows with their interval over test episodes, in a marker of their own",
+    )
     add_skip_unreadable_argument(parser)
     add_device_argument(parser)
     return parser
@@ -450,16 +453,20 @@ def parser() -> Any:
 def main(argv: Sequence[str] | None = None) -> int:
     """``lightning-episodes compare SCENARIO_DIR... [--baseline NAME] [--treatment NAME...] [--episodes N]
     [--seeds N...|tested] [--baseline-from SCENARIO_DIR] [--differing SETTING...] [--markdown PATH]
-    [--skip-unreadable] [--device DEVICE]``.
+    [--correction none|holm] [--family NAME] [--forest PATH] [--skip-unreadable] [--device DEVICE]``.
 
     For each scenario folder (``<scenario>/seed<N>/<scheme>_<proposal>/``, as ``scripts/run_scenario.py`` lays it
     out), reads each seed's per-episode test scores of both arms (``test_episodes.csv`` beside its
     ``test_results.json``, written by the test; for runs tested without one, the best checkpoint is scored on the
-    test episodes and the table cached there) and prints one Markdown row per scenario and treatment: each arm's
-    accuracy over seeds and the paired difference (treatment − baseline) with its interval, p-value, per-seed
-    differences and the interval over seed pairs. A test record that cannot be read stops it, every such record
-    named; with ``--skip-unreadable`` the seeds where an arm's record cannot be read are left out of their row, each
-    record named under the table. Runs made on different processors are said in a warning.
+    test episodes and the table cached there) and prints one Markdown row per scenario and treatment
+    (:func:`~lightning_episodes.analysis.comparison.comparison_markdown`): first the difference over trainings
+    (treatment − baseline paired by seed, its t interval and p over the seed pairs; with one seed, none), then the
+    per-seed differences, then the paired per-episode difference with its interval and p, which cover test episodes
+    only, then each arm's accuracy over seeds. ``--correction holm`` adds each row's Holm-adjusted p within its
+    scenario's treatments; ``--forest`` draws the rows
+    (:func:`~lightning_episodes.analysis.forest.plot_forest`). A test record that cannot be read stops it, every
+    such record named; with ``--skip-unreadable`` the seeds where an arm's record cannot be read are left out of
+    their row, each record named under the table. Runs made on different processors are said in a warning.
 
     Returns:
         0, or 2 (with the reason on stderr, a usage error as every command's) when a seed folder, run, test record or
@@ -478,21 +485,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise ValueError(f"--treatment {args.baseline} is the baseline (--baseline {args.baseline}): name another arm")
     device = resolve_device(args.device)
     probe_output(args.markdown, "--markdown")
+    probe_output(args.forest, "--forest")
     several = len(treatments) > 1  # a column names each row's treatment
-    arm_columns = f"Treatment | {args.baseline} | treatment" if several else f"{args.baseline} | {treatments[0]}"
+    arm_columns = [args.baseline, "treatment"] if several else [args.baseline, treatments[0]]
     if args.baseline_from is not None and not several:  # the arms may share a name
-        arm_columns = f"baseline {args.baseline} | treatment {treatments[0]}"
-    lines = [
-        f"| Scenario | Algorithm | {arm_columns} | Paired difference (pp) | p | "
-        "Per-seed differences (pp) | Across seeds (pp) | Episodes |",
-        "|---|---|" + ("---|" if several else "") + "---:|---:|---:|---:|---|---:|---:|",
-    ]
-    rows, unreadable = [], []
+        arm_columns = [f"baseline {args.baseline}", f"treatment {treatments[0]}"]
+    _, folders = relative_labels(args.scenarios)
+    rows: list[tuple[RunResult, Comparison]] = []
+    unreadable: list[UnreadableRecord] = []
     try:
-        for scenario in args.scenarios:
+        for scenario, folder in zip(args.scenarios, folders, strict=True):
             for treatment in treatments:
                 try:
-                    first, entries, skipped = compare_scenario(
+                    first, comparison, skipped = compare_scenario(
                         scenario, args.baseline, treatment, args.episodes, device, args.seeds, args.baseline_from,
                         args.differing, args.skip_unreadable,
                     )  # fmt: skip
@@ -503,7 +508,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     unreadable.extend(error.records)
                     continue
                 unreadable.extend(skipped)
-                rows.append((treatment, first, entries))
+                rows.append((first, replace(comparison, folder=folder)))
         # the baseline's records are every treatment's: each named once
         unreadable = list({error.path: error for error in unreadable}.values())
         if unreadable and not args.skip_unreadable:
@@ -514,11 +519,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"lightning-episodes compare: error: {error}", file=sys.stderr)
         return 2
     # scenarios of one benchmark trained under different protocols are told apart as report's columns are
-    for labelled, (treatment, _, entries) in zip(distinguish_protocols(row[1] for row in rows), rows, strict=True):
-        named = [entries[0], treatment, *entries[1:]] if several else entries
-        lines.append("| " + " | ".join([labelled.column.label, *named]) + " |")
-    markdown = "\n".join(lines) + "\n\n" + LEGEND + "\n" + unreadable_note(unreadable)
+    labelled = distinguish_protocols(first for first, _ in rows)
+    comparisons = [replace(c, scenario=run.column.label) for run, (_, c) in zip(labelled, rows, strict=True)]
+    markdown = comparison_markdown(comparisons, arm_columns, several, args.correction, args.family, treatments)
+    markdown += unreadable_note(unreadable)
     print(markdown, end="")
     if args.markdown is not None:
         args.markdown.write_text(markdown)
+    if args.forest is not None:
+        from lightning_episodes.analysis.forest import plot_forest
+
+        study, _ = relative_labels(args.scenarios)
+        plot_forest(comparisons, args.baseline, study)[0].savefig(args.forest)
     return 0

@@ -36,8 +36,14 @@ EUCLIDEAN, COSINE = "ProtoNet (Euclidean)", "ProtoNet (cosine)"
 
 @pytest.fixture
 def runs(tmp_path: Path) -> Path:
-    """The column of :func:`~tests.analysis.helpers.write_runs`, worked out by hand."""
+    """The column of :func:`~tests.analysis.helpers.write_runs`, worked out by hand, one seed per cell."""
     return write_runs(tmp_path)
+
+
+@pytest.fixture
+def seeded(tmp_path: Path) -> Path:
+    """The same column, three seeds per cell: the same means and intervals, now over trainings."""
+    return write_runs(tmp_path, seeds=3)
 
 
 def marks(table: Any, column: Column) -> dict[tuple[str, str], str]:
@@ -49,8 +55,10 @@ def marks(table: Any, column: Column) -> dict[tuple[str, str], str]:
     }
 
 
-def test_bold_and_dagger_by_hand(runs: Path) -> None:
-    table = build_table(load(runs))
+def test_bold_and_dagger_by_hand(seeded: Path) -> None:
+    table = build_table(load(seeded))
+    baseline = table.cells[Row(EUCLIDEAN, "baseline"), MINI_1S]
+    assert (baseline.seeds, baseline.mean, baseline.ci95) == (3, pytest.approx(0.50), pytest.approx(0.008))
     assert marks(table, MINI_1S) == {
         (EUCLIDEAN, "baseline"): "",
         (EUCLIDEAN, "uniform (online)"): "B†",
@@ -63,8 +71,32 @@ def test_bold_and_dagger_by_hand(runs: Path) -> None:
     }
 
 
-def test_bold_within_each_scenario(runs: Path) -> None:
-    table = build_table(load(runs), bold_within="scenario")
+def test_one_seed_cells_get_no_mark(runs: Path) -> None:
+    """Issue 57: the marks of one-seed cells came from their intervals over test episodes, which leave out the spread
+    between trainings. The same column, one seed per cell: no mark at all, whichever the bold's scope."""
+    for within in ("column", "scenario"):
+        table = build_table(load(runs), bold_within=within)
+        assert set(marks(table, MINI_1S).values()) == {""}
+
+
+def test_a_one_seed_cell_neither_sets_the_best_nor_is_a_baseline(seeded: Path) -> None:
+    """A one-seed arm above every other (60 ± 0.1) does not take the bold from the best cell of seeds; a one-seed
+    baseline gives no †, even to a cell of seeds far above it."""
+    write_run(seeded / "pn/lucky", 0.60, 0.001, sampling=sampling(target="uniform", decay=0.5))
+    write_run(seeded / "other/baseline", 0.30, 0.001, [weighting("baseline")], dataset="cub200")
+    for seed in range(3):
+        write_run(seeded / f"other/uniform/seed{seed}", 0.40 + seed / 100, 0.001, [weighting("uniform")],
+                  dataset="cub200", seed=seed)  # fmt: skip
+    table = build_table(load(seeded))
+    got = marks(table, MINI_1S)
+    assert got[(EUCLIDEAN, "uniform (online, decay=0.5)")] == ""
+    assert got[(EUCLIDEAN, "uniform (online)")] == "B†"  # still the best of the cells over trainings
+    assert got[(EUCLIDEAN, "baseline")] == ""
+    assert marks(table, CUB_1S) == {(EUCLIDEAN, "baseline"): "", (EUCLIDEAN, "uniform (online)"): "B"}
+
+
+def test_bold_within_each_scenario(seeded: Path) -> None:
+    table = build_table(load(seeded), bold_within="scenario")
     got = marks(table, MINI_1S)
     assert got[("MAML", "baseline")] == "B"
     assert got[("MAML", "uniform (online)")] == "B†"
@@ -94,11 +126,22 @@ def test_markdown(runs: Path) -> None:
     assert lines[0] == "| Algorithm | Sampling | Mini-ImageNet, Conv-4, 5-way 1-shot |"
     assert lines[1] == "|---|---|---:|"
     assert lines[2] == "| ProtoNet (Euclidean) | baseline | 50.00 ± 0.80 |"
-    assert "|  | uniform (offline) | **51.00 ± 0.50**† |" in lines
-    assert "|  | hard (online) | 49.00 ± 0.20† |" in lines
+    # one seed per cell: no mark (issue 57; the legend says why)
+    assert "|  | uniform (offline) | 51.00 ± 0.50 |" in lines
+    assert "|  | hard (online) | 49.00 ± 0.20 |" in lines
     assert "| MAML | baseline | 47.00 ± 1.00 |" in lines
     legend = "Mean test accuracy (%) ± 95% interval. One seed: the interval over the test episodes"
-    assert any(line.startswith(legend) for line in lines)
+    (text,) = [line for line in lines if line.startswith(legend)]
+    assert text.endswith(
+        "Both marks compare cells of two or more seeds only: a claim about trainings needs the interval over "
+        "trainings, so a cell of one seed gets no mark (nor sets the best, nor as a baseline gives a †)."
+    )
+
+
+def test_markdown_marks_cells_of_seeds(seeded: Path) -> None:
+    lines = build_table(load(seeded)).to_markdown().splitlines()
+    assert "|  | uniform (offline) | **51.00 ± 0.50**† (sd 0.16, 3 seeds) |" in lines  # sd = 0.8 · 0.5 √3 / 4.3027
+    assert "|  | hard (online) | 49.00 ± 0.20† (sd 0.06, 3 seeds) |" in lines
 
 
 def test_seeds_are_combined(tmp_path: Path) -> None:
@@ -207,7 +250,13 @@ def test_csv(runs: Path) -> None:
     assert float(first["ci95_pct"]) == pytest.approx(0.8)
     assert (first["seeds"], first["seed_sd_pct"], first["episodes"]) == ("1", "", "1000")
     uniform = next(line for line in lines if line["target"] == "uniform" and line["estimate"] == "offline")
-    assert (uniform["bold"], uniform["matches_baseline"]) == ("1", "1")
+    assert (uniform["bold"], uniform["matches_baseline"]) == ("0", "0")  # one seed: no mark
+
+
+def test_csv_marks_cells_of_seeds(seeded: Path) -> None:
+    lines = list(csv.DictReader(io.StringIO(build_table(load(seeded)).to_csv())))
+    uniform = next(line for line in lines if line["target"] == "uniform" and line["estimate"] == "offline")
+    assert (uniform["seeds"], uniform["bold"], uniform["matches_baseline"]) == ("3", "1", "1")
 
 
 # -- arms that differ only in the callback's options --------------------------------------------------------------

@@ -5,6 +5,7 @@ path for runs tested without them); missing or mismatched runs are named."""
 from __future__ import annotations
 
 import json
+import math
 import runpy
 import shutil
 import warnings
@@ -12,8 +13,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import yaml
+from scipy import stats
 
 from lightning_episodes.analysis import DifficultyTable, PairedDifference, paired_difference
 from lightning_episodes.analysis.report import combine, format_cell, read_result
@@ -56,10 +59,27 @@ def scenario(tmp_path_factory: pytest.TempPathFactory) -> Path:
 WRITTEN_BY_TESTS: list[Path] = []
 
 
-def _row(markdown: str) -> list[str]:
-    rows = [line for line in markdown.splitlines() if line.startswith("| tiny")]
-    assert len(rows) == 1, markdown
-    return [entry.strip() for entry in rows[0].strip("|").split("|")]
+def _p(p: float) -> str:
+    return "–" if math.isnan(p) else "< 0.001" if p < 0.001 else f"{p:.3f}"
+
+
+#: the columns of a row, in the order printed: over trainings first, then over test episodes only
+TRAININGS, PER_SEED, EPISODES = "Over trainings (pp)", "Per-seed differences (pp)", "Over test episodes only (pp)"
+
+
+def _rows(markdown: str, prefix: str = "| tiny") -> list[dict[str, str]]:
+    """The table's rows whose scenario starts with ``prefix``, each by its column's heading, in the printed order."""
+    lines = markdown.splitlines()
+    header = next(line for line in lines if line.startswith("| Scenario |"))
+    headings = [entry.strip() for entry in header.strip("|").split("|")]
+    rows = [[entry.strip() for entry in line.strip("|").split("|")] for line in lines if line.startswith(prefix)]
+    assert all(len(row) == len(headings) for row in rows), markdown
+    return [dict(zip(headings, row, strict=True)) for row in rows]
+
+
+def _row(markdown: str) -> dict[str, str]:
+    (row,) = _rows(markdown)
+    return row
 
 
 @pytest.mark.slow
@@ -77,18 +97,21 @@ def test_compare_prints_the_paired_difference_of_the_cached_scores(
     assert isinstance(expected, PairedDifference)
     assert expected.seeds == (2, 2)
     assert expected.std > 0  # the weighting (after its 2-step warm-up) trained other models than plain sampling
-    assert _row(printed) == [
-        "tiny, Conv-4, 5-way 2-shot",
-        "ProtoNet (Euclidean)",
+    # over trainings first (the seed pairs' mean and t interval), then over test episodes only, then the arms
+    assert list(_row(printed).items()) == [
+        ("Scenario", "tiny, Conv-4, 5-way 2-shot"),
+        ("Algorithm", "ProtoNet (Euclidean)"),
+        (TRAININGS, f"{100 * (expected.seed_mean or 0):+.2f} ± {100 * (expected.seed_ci95 or 0):.2f} (2 seeds)"),
+        ("p", _p(expected.seed_pvalue or 0.0)),
+        (PER_SEED, ", ".join(f"seed{s} {100 * d:+.2f}" for s, d in zip((0, 1), expected.seed_differences or (),
+                                                                         strict=True))),
+        (EPISODES, f"{100 * expected.mean:+.2f} ± {100 * expected.ci95:.2f}"),
+        ("p (test episodes)", _p(expected.pvalue)),
         # the scored episodes are the tested ones: each arm's cell is `report`'s, from the test records
-        format_cell(combine([read_result(p) for p in records["baseline_online"]])),
-        format_cell(combine([read_result(p) for p in records["uniform_online"]])),
-        f"{100 * expected.mean:+.2f} ± {100 * expected.ci95:.2f}",
-        "< 0.001" if expected.pvalue < 0.001 else f"{expected.pvalue:.3f}",
-        ", ".join(f"seed{s} {100 * d:+.2f}" for s, d in zip((0, 1), expected.seed_differences or (), strict=True)),
-        f"± {100 * (expected.seed_ci95 or 0):.2f} (p {expected.seed_pvalue:.3f})",
-        "12",
-    ]
+        ("baseline_online", format_cell(combine([read_result(p) for p in records["baseline_online"]]))),
+        ("uniform_online", format_cell(combine([read_result(p) for p in records["uniform_online"]]))),
+        ("Episodes", "12"),
+    ]  # fmt: skip
     for paths in records.values():
         for path in paths:  # each cached table is the run's test: as many episodes, the same mean accuracy
             scores, record = DifficultyTable.read(path.with_name(SCORES_FILE)), json.loads(path.read_text())
@@ -139,7 +162,7 @@ def test_compare_reuses_the_cache_and_takes_fewer_episodes(
 
     monkeypatch.setattr("lightning_episodes.commands.compare.score_episodes", fail)
     assert run_tool(["compare", str(scenario), "--episodes", "5"]) == 0
-    assert _row(capsys.readouterr().out)[-1] == "5"
+    assert _row(capsys.readouterr().out)["Episodes"] == "5"
 
 
 @pytest.mark.slow
@@ -148,15 +171,17 @@ def test_compare_takes_the_seeds_it_is_given(scenario: Path, capsys: pytest.Capt
                for arm in ("baseline_online", "uniform_online")}  # fmt: skip
     assert run_tool(["compare", str(scenario), "--seeds", "[1]"]) == 0
     row = _row(capsys.readouterr().out)
-    assert row[2:4] == [
+    assert [row["baseline_online"], row["uniform_online"]] == [
         format_cell(combine([records["baseline_online"]])),
         format_cell(combine([records["uniform_online"]])),
     ]
-    assert row[6].startswith("seed1 ")
-    assert "seed0" not in row[6]
-    assert row[7] == "–"  # one seed pair: no interval across seeds
+    assert row[PER_SEED].startswith("seed1 ")
+    assert "seed0" not in row[PER_SEED]
+    # one seed pair: no interval over trainings, and the one over test episodes says it is the only one
+    assert (row[TRAININGS], row["p"]) == ("– (1 seed: no interval over trainings)", "–")
+    assert row[EPISODES].endswith(" (1 seed: the only interval)")
     assert run_tool(["compare", str(scenario), "--seeds", "[0,1]"]) == 0
-    assert _row(capsys.readouterr().out)[6].startswith("seed0 ")
+    assert _row(capsys.readouterr().out)[PER_SEED].startswith("seed0 ")
     assert run_tool(["compare", str(scenario), "--seeds", "[1,7]"]) == 2
     assert f"missing seed folder {scenario / 'seed7'} (--seeds 1 7)" in capsys.readouterr().err
 
@@ -184,7 +209,7 @@ def test_compare_names_the_seeds_that_have_both_arms(
     assert run_tool(["compare", str(partial)]) == 2
     assert hint in capsys.readouterr().err
     assert run_tool(["compare", str(partial), "--seeds", "[0]"]) == 0
-    assert _row(capsys.readouterr().out)[6].startswith("seed0 ")
+    assert _row(capsys.readouterr().out)[PER_SEED].startswith("seed0 ")
 
 
 @pytest.mark.slow
@@ -202,18 +227,22 @@ def test_compare_puts_several_treatments_beside_one_baseline_over_their_tested_s
     assert run_tool(["compare", str(study), str(other), "--seeds", "tested", "--treatment", *arms]) == 0
     out, err = capsys.readouterr()
     assert f"[compare] no row: {other}: no seed<N> folder holds both baseline_online and another_arm tested" in err
-    assert "| Scenario | Algorithm | Treatment | baseline_online | treatment |" in out
-    rows = [[e.strip() for e in line.strip("|").split("|")] for line in out.splitlines() if line.startswith("| tiny")]
-    assert [row[2] for row in rows] == ["uniform_online", "another_arm", "uniform_online"]
+    assert out.startswith("| Scenario | Algorithm | Treatment | Over trainings (pp) | p | Per-seed differences (pp) |")
+    assert "| p (test episodes) | baseline_online | treatment | Episodes |" in out
+    rows = _rows(out)
+    assert [row["Treatment"] for row in rows] == ["uniform_online", "another_arm", "uniform_online"]
     tables = {(arm, s): DifficultyTable.read(next((scenario / f"seed{s}" / arm).rglob(SCORES_FILE)))
               for arm in ("baseline_online", "uniform_online") for s in (0, 1)}  # fmt: skip
     both = paired_difference(
         [tables["baseline_online", s] for s in (0, 1)], [tables["uniform_online", s] for s in (0, 1)]
     )
     seed0 = paired_difference([tables["baseline_online", 0]], [tables["uniform_online", 0]])
-    assert rows[0][5] == rows[2][5] == f"{100 * both.mean:+.2f} ± {100 * both.ci95:.2f}"
-    assert rows[1][5] == f"{100 * seed0.mean:+.2f} ± {100 * seed0.ci95:.2f}"  # the arm's one seed pair
-    assert (rows[1][7], rows[1][8]) == (f"seed0 {100 * seed0.mean:+.2f}", "–")
+    assert rows[0][EPISODES] == rows[2][EPISODES] == f"{100 * both.mean:+.2f} ± {100 * both.ci95:.2f}"
+    assert rows[0][TRAININGS] == f"{100 * (both.seed_mean or 0):+.2f} ± {100 * (both.seed_ci95 or 0):.2f} (2 seeds)"
+    # the arm's one seed pair
+    assert rows[1][EPISODES] == f"{100 * seed0.mean:+.2f} ± {100 * seed0.ci95:.2f} (1 seed: the only interval)"
+    assert (rows[1][PER_SEED], rows[1][TRAININGS]) == (f"seed0 {100 * seed0.mean:+.2f}",
+                                                       "– (1 seed: no interval over trainings)")  # fmt: skip
     assert run_tool(["compare", str(other), "--seeds", "tested", "--treatment", "another_arm"]) == 2
     assert "error: no scenario holds baseline_online and another_arm tested" in capsys.readouterr().err
 
@@ -230,7 +259,7 @@ def test_compare_tested_seeds_need_not_start_at_seed_0(
     tables = [DifficultyTable.read(next((scenario / "seed1" / arm).rglob(SCORES_FILE)))
               for arm in ("baseline_online", "uniform_online")]  # fmt: skip
     seed1 = paired_difference([tables[0]], [tables[1]])
-    assert row[6] == f"seed1 {100 * seed1.mean:+.2f}"
+    assert row[PER_SEED] == f"seed1 {100 * seed1.mean:+.2f}"
 
 
 def test_compare_refuses_the_baseline_as_a_treatment(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -316,12 +345,12 @@ def test_compare_tells_apart_scenarios_of_one_benchmark_trained_differently(
                                                         "init_args": {"step_size": 3}}  # fmt: skip
         config_path.write_text(yaml.safe_dump(config))
     assert run_tool(["compare", str(constant), str(step)]) == 0
-    rows = [line.strip("|").split("|") for line in capsys.readouterr().out.splitlines() if line.startswith("| tiny")]
-    labels = [row[0].strip() for row in rows]
+    rows = _rows(capsys.readouterr().out)
+    labels = [row.pop("Scenario") for row in rows]
     assert [label.split(" [", 1)[1] for label in labels] == ["lr_scheduler=none]", "lr_scheduler=step]"]
-    assert rows[0][1:] == rows[1][1:], "the same scores: only the label differs"
+    assert rows[0] == rows[1], "the same scores: only the label differs"
     assert run_tool(["compare", str(step)]) == 0
-    assert "[" not in _row(capsys.readouterr().out)[0]
+    assert "[" not in _row(capsys.readouterr().out)["Scenario"]
 
 
 def _set_optimizer(scenario: Path, lr: float) -> None:
@@ -355,17 +384,21 @@ def test_compare_pairs_a_baseline_from_another_scenario_differing_only_where_nam
     out = capsys.readouterr().out
     assert "| baseline baseline_online | treatment uniform_online |" in out
     row = _row(out)
-    assert row[1] == "ProtoNet (Euclidean); treatment optimizer=adam(lr=0.0007), baseline optimizer=adam(lr=0.001)"
+    assert (
+        row["Algorithm"]
+        == "ProtoNet (Euclidean); treatment optimizer=adam(lr=0.0007), baseline optimizer=adam(lr=0.001)"
+    )
     tables = {arm: [DifficultyTable.read(next((scenario / f"seed{s}" / arm).rglob(SCORES_FILE))) for s in (0, 1)]
               for arm in ("baseline_online", "uniform_online")}  # fmt: skip
     expected = paired_difference(tables["baseline_online"], tables["uniform_online"])
-    assert row[4] == f"{100 * expected.mean:+.2f} ± {100 * expected.ci95:.2f}"  # the copies' scores: the scenario's
-    assert row[6] == ", ".join(
+    assert row[EPISODES] == f"{100 * expected.mean:+.2f} ± {100 * expected.ci95:.2f}"  # the scenario's scores
+    assert row[PER_SEED] == ", ".join(
         f"seed{s} {100 * d:+.2f}" for s, d in zip((0, 1), expected.seed_differences or (), strict=True)
     )
     # a whole class names all of its arguments; one arm against itself in another folder is allowed
     assert run_tool([*command[:-1], "baseline_online", "--differing", "[model.optimizer]"]) == 0
-    assert _row(capsys.readouterr().out)[4] == "+0.00 ± 0.00"
+    row = _row(capsys.readouterr().out)
+    assert (row[TRAININGS], row["p"], row[EPISODES]) == ("+0.00 ± 0.00 (2 seeds)", "–", "+0.00 ± 0.00")
 
 
 @pytest.mark.slow
@@ -481,13 +514,11 @@ def test_compare_skip_unreadable_leaves_their_seeds_out_and_names_them(
     assert entry([*command, "--skip-unreadable"]) == 0
     printed = capsys.readouterr().out
     assert markdown.read_text() == printed
-    rows = [
-        [e.strip() for e in line.strip("|").split("|")] for line in printed.splitlines() if line.startswith("| Gly")
-    ]
+    rows = _rows(printed, "| Gly")
     # uniform is paired at seed 3 alone (seed 0's baseline, seeds 1 and 2 its own records are unreadable); easy at
     # seeds 1-3, its baseline's
-    assert [row[2] for row in rows] == ["uniform_online", "easy_online"]
-    assert [[part.split()[0] for part in row[7].split(", ")] for row in rows] == [
+    assert [row["Treatment"] for row in rows] == ["uniform_online", "easy_online"]
+    assert [[part.split()[0] for part in row[PER_SEED].split(", ")] for row in rows] == [
         ["seed3"],
         ["seed1", "seed2", "seed3"],
     ]
@@ -495,7 +526,7 @@ def test_compare_skip_unreadable_leaves_their_seeds_out_and_names_them(
               for arm in TARGETS for s in range(4)}  # fmt: skip
     easy = paired_difference([tables["baseline_online", s] for s in (1, 2, 3)],
                              [tables["easy_online", s] for s in (1, 2, 3)])  # fmt: skip
-    assert rows[1][5] == f"{100 * easy.mean:+.2f} ± {100 * easy.ci95:.2f}"
+    assert rows[1][EPISODES] == f"{100 * easy.mean:+.2f} ± {100 * easy.ci95:.2f}"
     note = printed.split("Left out of this table (--skip-unreadable): 3 test records that cannot be read.\n")[1]
     assert note.splitlines() == [f"- {record} {reason}" for record, reason in cases]
 
@@ -560,3 +591,149 @@ def test_compare_warns_when_the_arms_ran_on_different_processors(
         f"{scenario}: its runs were made on different processors: {baseline} on Intel(R) Xeon(R) Gold 6430 "
         f"[avx2 avx512f amx_tile] (cpu), {uniform} on {named} (a run rounds differently on each)"
     ]
+
+
+# -- over trainings first; a family correction; the forest plot ----------------------------------------------------
+def _study(root: Path, accuracies: dict[str, list[list[float]]]) -> Path:
+    """A scenario written by hand: ``accuracies[arm][seed]`` are the arm's per-episode test accuracies at that seed."""
+    for arm, seeds in accuracies.items():
+        for seed, scores in enumerate(seeds):
+            _hand_run(root / f"seed{seed}" / arm, scores, {**TARGETS, "hard_online": "hard"}[arm])
+    return root
+
+
+def _random_study(root: Path, seeds: dict[str, int], shifts: dict[str, float], episodes: int = 40) -> Path:
+    """Each arm's accuracies (fifths, as of 5 queries) at each of its seeds: the baseline's plus its ``shift`` and noise
+    of its own per seed and episode."""
+    rng = np.random.default_rng(7)
+    base = [rng.integers(0, 6, size=episodes) / 5 for _ in range(max(seeds.values()))]
+    accuracies = {
+        arm: [np.clip(base[s] + shifts.get(arm, 0.0) + rng.integers(-1, 2, size=episodes) / 5, 0, 1).tolist()
+              for s in range(k)]
+        for arm, k in seeds.items()
+    }  # fmt: skip
+    return _study(root, accuracies)
+
+
+def _accuracies(scenario: Path, arm: str) -> np.ndarray:
+    """``[seeds, episodes]`` accuracies of an arm, read back."""
+    seeds = sorted(scenario.glob(f"seed*/{arm}/{SCORES_FILE}"), key=lambda p: int(p.parts[-3][4:]))
+    return np.stack([DifficultyTable.read(path).accuracy for path in seeds])
+
+
+def test_compare_leads_with_the_interval_over_trainings_as_scipy_computes_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 57: the per-episode p ("< 0.001") came first, beside an across-seed p of 0.22. Now the first numbers of
+    a row of seeds are the seed pairs' mean difference, its t interval with k − 1 degrees of freedom and the one-sample
+    t-test's p (scipy's), and the paired per-episode numbers come after, in a column saying they cover test episodes
+    only (scipy's paired t-test on the arms' seed means)."""
+    scenario = _random_study(tmp_path / "tiny", {"baseline_online": 3, "uniform_online": 3}, {"uniform_online": 0.05})
+    assert entry(["compare", str(scenario)]) == 0
+    out = capsys.readouterr().out
+    (row,) = _rows(out, "| Glyphs")
+    baseline, treatment = _accuracies(scenario, "baseline_online"), _accuracies(scenario, "uniform_online")
+    per_seed = (treatment - baseline).mean(axis=1)
+    across = stats.ttest_1samp(per_seed, 0.0)
+    half_width = stats.t.ppf(0.975, 2) * stats.sem(per_seed)
+    assert half_width == pytest.approx(4.302652729911275 * per_seed.std(ddof=1) / math.sqrt(3))  # t table, 2 df
+    low, high = across.confidence_interval(0.95)
+    assert (per_seed.mean() - half_width, per_seed.mean() + half_width) == pytest.approx((low, high), rel=1e-12)
+    episodes = stats.ttest_rel(treatment.mean(axis=0), baseline.mean(axis=0))
+    numbers = [key for key in row if key not in ("Scenario", "Algorithm")]
+    assert numbers[:3] == [TRAININGS, "p", PER_SEED]
+    assert numbers.index(EPISODES) > numbers.index(TRAININGS)
+    assert row[TRAININGS] == f"{100 * per_seed.mean():+.2f} ± {100 * half_width:.2f} (3 seeds)"
+    assert row["p"] == _p(float(across.pvalue))
+    assert row[PER_SEED] == ", ".join(f"seed{s} {100 * d:+.2f}" for s, d in enumerate(per_seed))
+    low, high = episodes.confidence_interval(0.95)
+    assert row[EPISODES] == f"{100 * (low + high) / 2:+.2f} ± {100 * (high - low) / 2:.2f}"
+    assert row["p (test episodes)"] == _p(float(episodes.pvalue))
+    assert "covers only which test episodes were drawn" in out
+    # the statistics themselves, to the last digit
+    from lightning_episodes.commands.compare import compare_scenario
+
+    _, comparison, _ = compare_scenario(scenario, "baseline_online", "uniform_online")
+    assert comparison.interval == pytest.approx((per_seed.mean(), half_width), rel=1e-12)
+    assert comparison.pvalue == pytest.approx(across.pvalue, rel=1e-10)
+    assert comparison.difference.pvalue == pytest.approx(episodes.pvalue, rel=1e-10)
+
+
+def test_compare_adjusts_each_cells_treatments_by_holm(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--correction holm --family M``: the header names the family, its size per cell and which p it adjusts; the
+    Holm column is :func:`holm` of the rows' p over trainings, or over test episodes (and said) for a row of one
+    seed; each cell is a family of its own."""
+    from lightning_episodes.analysis.comparison import holm
+
+    seeds = {"baseline_online": 3, "uniform_online": 3, "easy_online": 3, "hard_online": 1}
+    shifts = {"uniform_online": 0.06, "easy_online": 0.02, "hard_online": -0.03}
+    cells = [_random_study(tmp_path / "study" / name, seeds, shifts) for name in ("cell_a", "cell_b")]
+    arms = ["uniform_online", "easy_online", "hard_online"]
+    command = ["compare", *map(str, cells), "--seeds", "tested", "--treatment", *arms]
+    assert entry([*command, "--correction", "holm", "--family", "M"]) == 0
+    out = capsys.readouterr().out
+    header = out.split("\n\n")[0]
+    assert header.startswith("Family M: Holm's step-down correction over the treatments of each cell: ")
+    assert "m = 3 in cell_a, m = 3 in cell_b" in header  # relative to the study folder, never absolute
+    assert str(tmp_path) not in header
+    assert "p (Holm) adjusts each row's p over trainings" in header
+    assert "in a row of one seed, its p over test episodes" in header
+    rows = _rows(out, "| Glyphs")
+    assert len(rows) == 6
+    baseline = _accuracies(cells[0], "baseline_online")
+    raw = []
+    for arm in arms:
+        treatment = _accuracies(cells[0], arm)
+        if len(treatment) > 1:
+            raw.append(float(stats.ttest_1samp((treatment - baseline).mean(axis=1), 0.0).pvalue))
+        else:  # the arm's one seed: paired with the baseline's seed 0 over test episodes
+            raw.append(float(stats.ttest_rel(treatment[0], baseline[0]).pvalue))
+    adjusted = holm(raw)
+    assert [row["p (Holm)"] for row in rows[:2]] == [_p(p) for p in adjusted[:2]]
+    assert [row["p"] for row in rows[:3]] == [_p(raw[0]), _p(raw[1]), "–"]
+    assert rows[2]["p (Holm)"] == f"{_p(adjusted[2])} (test episodes, raw {_p(raw[2])})"
+    assert rows[2]["p (test episodes)"] == _p(raw[2])
+    assert [row["p (Holm)"] for row in rows[3:]] == [row["p (Holm)"] for row in rows[:3]]  # the same scores
+    # without a correction: no Holm column; a family's name alone says that its p are raw
+    assert entry(command) == 0
+    out = capsys.readouterr().out
+    assert "p (Holm)" not in out
+    assert not out.startswith("Family")
+    assert entry([*command, "--family", "R"]) == 0
+    assert capsys.readouterr().out.startswith("Family R: no correction for multiple comparisons")
+    assert entry([*command, "--correction", "bonferroni"]) == 2
+    assert "--correction" in capsys.readouterr().err
+
+
+def test_compare_says_when_a_cell_corrects_over_fewer_treatments(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    seeds = {"baseline_online": 2, "uniform_online": 2, "easy_online": 2}
+    full = _random_study(tmp_path / "study" / "full", seeds, {})
+    part = _random_study(tmp_path / "study" / "part", {"baseline_online": 2, "uniform_online": 2}, {})
+    command = ["compare", str(full), str(part), "--seeds", "tested", "--treatment", "uniform_online", "easy_online"]
+    assert entry([*command, "--correction", "holm"]) == 0
+    out, err = capsys.readouterr()
+    assert "no seed<N> folder holds both baseline_online and easy_online" in err
+    assert out.startswith("Family: Holm's step-down correction over the treatments of each cell (of the 2 treatments "
+                          "named, those with a row): m = 2 in full, m = 1 in part.")  # fmt: skip
+
+
+def test_compare_draws_a_forest_plot_of_the_rows(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--forest``: a PNG of the rows' intervals, over trainings where a row has seeds; its labels relative to the
+    study folder; ``--markdown`` writes the printed table."""
+    from PIL import Image
+
+    seeds = {"baseline_online": 3, "uniform_online": 3, "easy_online": 1}
+    cells = [_random_study(tmp_path / "study" / name, seeds, {"uniform_online": 0.05}) for name in ("a", "b")]
+    forest, markdown = tmp_path / "out" / "forest.png", tmp_path / "out" / "compare.md"
+    command = ["compare", *map(str, cells), "--seeds", "tested", "--treatment", "uniform_online", "easy_online"]
+    assert entry([*command, "--forest", str(forest), "--markdown", str(markdown)]) == 0
+    assert markdown.read_text() == capsys.readouterr().out
+    assert forest.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert forest.stat().st_size > 10_000
+    with Image.open(forest) as image:
+        image.verify()
+        assert min(image.size) > 300
+    assert entry([*command, "--forest", str(tmp_path)]) == 2
+    assert "--forest" in capsys.readouterr().err

@@ -23,12 +23,13 @@ def runs(tmp_path: Path) -> Path:
     return write_runs(tmp_path)
 
 
-def test_command(runs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    runs = write_runs(tmp_path / "runs", seeds=3)  # marks need cells of two or more seeds
     code = main([str(runs), "--markdown", str(tmp_path / "out/table.md"), "--csv", str(tmp_path / "out/t.csv")])
     assert code == 0
     printed = capsys.readouterr().out
     assert printed == (tmp_path / "out/table.md").read_text()
-    assert "**52.00 ± 0.80**†" in printed
+    assert "**52.00 ± 0.80**† (sd 0.26, 3 seeds)" in printed
     assert "Left out" not in printed
     assert (tmp_path / "out/t.csv").read_text() == build_table(load(runs)).to_csv()
 
@@ -106,12 +107,13 @@ def test_command_without_results(tmp_path: Path, capsys: pytest.CaptureFixture[s
 
 
 @pytest.mark.filterwarnings("ignore:.*found in sys.modules:RuntimeWarning")
-def test_runs_as_a_module(runs: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_runs_as_a_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    runs = write_runs(tmp_path, seeds=2)
     monkeypatch.setattr(sys, "argv", ["lightning_episodes", "report", str(runs), "--bold-within", "scenario"])
     with pytest.raises(SystemExit) as exit_info:  # python -m lightning_episodes report ...
         runpy.run_module("lightning_episodes", run_name="__main__")
     assert exit_info.value.code == 0
-    assert "| MAML | baseline | **47.00 ± 1.00** |" in capsys.readouterr().out
+    assert "| MAML | baseline | **47.00 ± 1.00** (sd " in capsys.readouterr().out
 
 
 def test_best_step_and_convergence_by_hand(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
