@@ -1,6 +1,6 @@
 """The documentation site builds with warnings as errors, has a page per public package with its docstrings and the
 CLI's help, rendered maths and figures drawn at build time, links that all reach their targets, and its Python examples
-run."""
+run; it needs no network to be read."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import os
 import re
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -60,8 +61,16 @@ def _api_page(site: Path, module: str) -> Path:
     return site / "reference" / "api" / Path(*module.split(".")) / "index.html"
 
 
+@dataclass(frozen=True)
+class Build:
+    """The site built from the working tree, and what the build printed (its log, on standard error)."""
+
+    site: Path
+    log: str
+
+
 @pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def build(tmp_path_factory: pytest.TempPathFactory) -> Build:
     """The site, built once from the working tree with ``mkdocs build --strict`` (as ``make docs`` does)."""
     out = tmp_path_factory.mktemp("site")
     env = {**os.environ, "PYTHONPATH": str(ROOT), "NO_MKDOCS_2_WARNING": "1"}
@@ -74,7 +83,12 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
         timeout=900,
     )
     assert done.returncode == 0, f"mkdocs build --strict failed:\n{done.stderr[-5000:]}"
-    return out
+    return Build(out, done.stderr)
+
+
+@pytest.fixture(scope="module")
+def site(build: Build) -> Path:
+    return build.site
 
 
 def test_make_docs_builds_strictly() -> None:
@@ -118,6 +132,65 @@ def test_the_api_index_shows_no_raw_markup(site: Path) -> None:
     text = _text(page)
     assert not re.search(r":(?:class|func|meth|attr|mod|data|obj|exc):", text), "raw Sphinx roles in the API index"
     assert re.search(r'<a class="autorefs autorefs-internal"[^>]*><code>EpisodicModule</code></a>', page.read_text())
+
+
+def _signatures(page: Path) -> list[str]:
+    """The signatures of a page's functions and classes (not its attributes' values), as shown."""
+    signatures = []
+    for kind, part in re.findall(
+        r'<div class="doc doc-object doc-(\w+)">(.*?)(?=<div class="doc doc-object |\Z)',
+        page.read_text(),
+        flags=re.DOTALL,
+    ):
+        shown = re.search(r'<div class="doc-signature[^"]*">(.*?)</div>', part, flags=re.DOTALL)
+        if kind in ("function", "class") and shown:
+            signatures.append(html.unescape(re.sub(r"<[^>]+>", "", shown.group(1))).rstrip("\n"))
+    return signatures
+
+
+def test_api_signatures_are_formatted_to_fit_their_boxes(build: Build) -> None:
+    """mkdocstrings-python formats each signature (``separate_signature``) at 60 columns with ruff or black, which the
+    docs' requirements install; without either it says so in the build's log and shows each signature on one line,
+    wider than its box."""
+    assert re.search(r"^(?:ruff|black)==", (ROOT / "requirements" / "docs.txt").read_text(), flags=re.MULTILINE), (
+        "requirements/docs.txt installs no formatter for the API reference's signatures"
+    )
+    assert "Formatting signatures requires" not in build.log
+    signatures = [s for page in sorted((build.site / "reference" / "api").rglob("*.html")) for s in _signatures(page)]
+    assert len(signatures) > 100
+    assert any("\n" in signature for signature in signatures)  # a long one is laid out over several lines
+    wide = [line for signature in signatures for line in signature.splitlines() if len(line) > 60]
+    assert not wide, f"{len(wide)} signature lines wider than 60 columns: {wide[:3]}"
+
+
+def test_api_pages_show_no_rest_markup(site: Path) -> None:
+    """The docstrings' reST literal blocks are code blocks (docs/hooks/sphinx_roles.py): no page shows a paragraph's
+    ``::`` (``Example::``, ``Layout::``), and the examples are highlighted doctests, not ``>>>`` that Markdown read as
+    nested quotes."""
+    for page in sorted((site / "reference" / "api").rglob("*.html")):
+        source = page.read_text()
+        name = page.relative_to(site)
+        assert "::</p>" not in source, f"{name} shows a literal block's '::'"
+        assert not re.search(r"\bExamples?::", _text(page)), f"{name} shows 'Example::'"
+        assert not re.search(r"(?:<blockquote>\s*){2}", source), f"{name} shows a doctest as nested quotes"
+    page = _api_page(site, "lightning_episodes.evaluation").read_text()  # DifficultyTable's `Example::`
+    assert re.search(r'doc-section-title">Examples:</span>.*?<span class="gp">&gt;&gt;&gt; </span>', page, re.DOTALL)
+    layout = _text(_api_page(site, "lightning_episodes.data.datasets.folder"))
+    assert "Layout (the layout of Omniglot- or Mini-ImageNet-style exports): ROOT/train/" in layout
+
+
+def test_code_breaks_only_where_text_breaks() -> None:
+    """A config path or an option in code breaks at a space, after a ``/`` or a ``-``, never inside a name: the
+    stylesheet undoes Material's ``word-break: break-word`` for code (which cut ``configs/models/...`` mid-word in a
+    table's narrow column), and nothing in it lets text break anywhere."""
+    css = re.sub(r"/\*.*?\*/", "", (ROOT / "docs" / "stylesheets" / "extra.css").read_text(), flags=re.DOTALL)
+    rules = {selector.strip(): body for selector, body in re.findall(r"([^{}]+)\{([^}]*)\}", css)}
+    code = rules.get(".md-typeset code", "")
+    assert re.search(r"word-break:\s*normal", code), code
+    assert re.search(r"overflow-wrap:\s*normal", code), code
+    assert not re.search(
+        r"(?:overflow-wrap|word-wrap):\s*(?:anywhere|break-word)|word-break:\s*break-(?:all|word)", css
+    )
 
 
 def test_cli_reference_has_every_commands_help(site: Path) -> None:
@@ -164,7 +237,8 @@ def test_pages_show_figures_drawn_at_build_time(site: Path, page: str) -> None:
 
 
 def test_the_method_renders_its_maths(site: Path) -> None:
-    """The weight, the ESS normalisation and the proposals are LaTeX typeset by MathJax in the reader's browser."""
+    """The weight, the ESS normalisation and the proposals are LaTeX typeset by MathJax in the reader's browser, from
+    the site's own copy."""
     page = (site / "method" / "index.html").read_text()
     maths = " ".join(re.findall(r'class="arithmatex">(.*?)</(?:span|div)>', page, flags=re.DOTALL))
     for formula in (
@@ -175,7 +249,30 @@ def test_the_method_renders_its_maths(site: Path) -> None:
         r"\sum_{i=1}^{n} \varphi\!\left(\dfrac{\Omega - \Omega_i}{h}\right)",  # the empirical
     ):
         assert html.escape(formula, quote=False) in maths, formula
-    assert re.search(r'<script src="[^"]*mathjax[^"]*tex-mml-chtml\.js">', page)
+    (mathjax,) = re.findall(r'<script src="([^"]*tex-mml-chtml\.js)">', page)
+    assert (site / "method" / mathjax).resolve() == (site / "javascripts" / "mathjax" / "tex-mml-chtml.js").resolve()
+
+
+#: an element that loads a resource into a page (a script, a stylesheet, a font, a picture) from another host
+REMOTE = re.compile(
+    r"<(?:script|link|img|iframe|source|audio|video)\b[^>]*\s(?:src|href)=\"(?:[a-z]+:)?//[^\"]*\"", re.I
+)
+
+
+def test_the_site_needs_no_network(site: Path) -> None:
+    """On a machine without network every page shows as it should: it loads no script, stylesheet or font from
+    another host (MathJax, which renders the maths, is served by the site: docs/hooks/mathjax.py; the text is in the
+    reader's system fonts)."""
+    remote = [
+        f"{page.relative_to(site)}: {match.group(0)}"
+        for page in sorted(site.rglob("*.html"))
+        for match in REMOTE.finditer(page.read_text())
+    ]
+    assert not remote, "\n".join(remote[:20])
+    mathjax = site / "javascripts" / "mathjax"
+    assert 'VERSION="3.2.2"' in (mathjax / "tex-mml-chtml.js").read_text()
+    assert list((mathjax / "output" / "chtml" / "fonts" / "woff-v2").glob("*.woff"))  # what it typesets with
+    assert (mathjax / "input" / "tex" / "extensions" / "ams.js").is_file()  # what it loads on first use
 
 
 def test_no_page_shows_unrendered_maths(site: Path) -> None:
@@ -219,6 +316,23 @@ def test_the_dataset_figure_draws_without_a_rendered_cache(tmp_path: Path, monke
     assert [ax.get_title().split(" (")[0] for ax in figure.axes] == ["glyphs", "glyphs-hard", "glyphs-100"]
     assert all("a few classes" in ax.get_title() for ax in figure.axes)
     assert not list(tmp_path.iterdir())
+
+
+def test_rest_literal_blocks_become_markdown_code_blocks() -> None:
+    """docs/hooks/sphinx_roles.py: a paragraph's ``::`` and the indented block after it become the paragraph's ``:``
+    and a fenced code block, an ``Example::`` or ``Example:`` griffe's ``Examples:`` section; fenced code, and a
+    ``::`` with no block after it, are left alone."""
+    blocks = _hook("sphinx_roles").literal_blocks
+    assert blocks("Layout::\n\n    ROOT/train/<class>\n    ROOT/test/<class>\n\nNext.") == (
+        "Layout:\n\n```text\nROOT/train/<class>\nROOT/test/<class>\n```\n\nNext."
+    )
+    assert blocks("Cut ::\n\n    a\n\n::\n\n    >>> b") == "Cut\n\n```text\na\n```\n\n```pycon\n>>> b\n```"
+    assert blocks("Raises:\n    ValueError: no.\n\nExample::\n\n    >>> 1 + 1\n    2") == (
+        "Raises:\n    ValueError: no.\n\nExamples:\n    >>> 1 + 1\n    2"
+    )
+    assert blocks("Example:\n    >>> 1\n    1\n") == "Examples:\n    >>> 1\n    1\n"
+    unchanged = "```rst\nLayout::\n\n    ROOT\n```\n\nNothing follows::"
+    assert blocks(unchanged) == unchanged
 
 
 def test_links_to_the_source_become_cross_references() -> None:
