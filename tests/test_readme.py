@@ -134,10 +134,14 @@ def test_the_pip_quickstart_from_a_built_wheel_in_an_empty_folder(tmp_path: Path
     shutil.copytree(
         ROOT / "lightning_episodes", source / "lightning_episodes", ignore=shutil.ignore_patterns("__pycache__")
     )
-    for name in ("setup.cfg", "pyproject.toml", "README.md", "LICENSE"):  # what the build reads; not the checkout
+    shutil.copytree(ROOT / "build_backend", source / "build_backend", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("setup.cfg", "pyproject.toml", "MANIFEST.in", "README.md", "LICENSE"):  # what the build reads
         shutil.copy(ROOT / name, source / name)
+    copied = sorted(path.relative_to(source) for path in source.rglob("*") if "__pycache__" not in path.parts)
     build = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-cache-dir", "-q"]
     subprocess.run([*build, "-w", str(tmp_path / "dist"), str(source)], check=True, capture_output=True, timeout=300)
+    # the build happens out of the checkout (build_backend/out_of_tree.py): no build/, no *.egg-info left behind
+    assert sorted(path.relative_to(source) for path in source.rglob("*") if "__pycache__" not in path.parts) == copied
     (wheel,) = (tmp_path / "dist").glob("lightning_episodes-*.whl")
     shipped = {
         f"lightning_episodes/configs/{p.relative_to(ROOT / 'configs')}" for p in (ROOT / "configs").rglob("*.yaml")
