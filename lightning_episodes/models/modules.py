@@ -86,7 +86,7 @@ def build_module(spec: Mapping[str, Any]) -> tuple[nn.Module, dict[str, Any]]:
         at = next((i + 1 for i, line in enumerate(lines[:-1]) if line.startswith("Problem with given class_path")), 0)
         raise ValueError(f"{spec['class_path']}: {lines[at]}") from None
     module = parser.instantiate(config).backbone
-    return module, json.loads(parser.dump(config, format="json", skip_none=False))["backbone"]
+    return module, json.loads(parser.dump(config, format="json", skip_unset=False))["backbone"]
 
 
 def drop_head(module: nn.Module, name: str) -> nn.Module:
