@@ -1,5 +1,6 @@
 """What the command line checks before a Trainer method runs: the accelerator is there, the training batch divides
-among the processes, and every output folder can be written (the checkpoint folder owned by this run alone)."""
+among the processes, a batch of episodes fits in memory, and every output folder can be written (the checkpoint folder
+owned by this run alone)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,10 @@ from typing import Any
 
 import pytorch_lightning as pl
 from pytorch_lightning.loggers import CSVLogger
+from pytorch_lightning.utilities import rank_zero_warn
 
+from lightning_episodes.algorithms.base import EpisodicModule
+from lightning_episodes.algorithms.memory import BatchShape, available_memory, episode_batch_bytes
 from lightning_episodes.callbacks.checkpointing import checkpoint_callback
 from lightning_episodes.commands._common import available_devices
 from lightning_episodes.data.datamodule import EpisodicDataModule
@@ -70,6 +74,63 @@ def check_world_size(trainer: pl.Trainer, datamodule: Any) -> None:
     """
     if isinstance(datamodule, EpisodicDataModule):
         datamodule.check_world_size(trainer.world_size)
+
+
+#: The share of the available memory above which a batch of episodes is said to leave little room (a warning).
+MEMORY_WARNING_SHARE = 0.8
+
+
+def check_memory(trainer: pl.Trainer, model: Any, datamodule: Any, subcommand: str) -> None:
+    """Check that a batch of episodes fits in the memory this machine has available, before any step: a training
+    batch (``fit``) and an evaluation batch (every subcommand), estimated by
+    :func:`~lightning_episodes.algorithms.memory.episode_batch_bytes` for the configured algorithm, backbone, sizes,
+    device and precision. On a CPU the processes of the machine share its memory. Says nothing where the estimate or
+    the available memory cannot be had.
+
+    Raises:
+        ValueError: in one line with the estimate, the available memory and the options that drive it, if a batch
+            needs more than is available (above :data:`MEMORY_WARNING_SHARE` of it, a warning).
+    """
+    if not isinstance(model, EpisodicModule) or not isinstance(datamodule, EpisodicDataModule):
+        return
+    device = trainer.strategy.root_device
+    if device.type == "cuda" and getattr(trainer.strategy, "_start_method", None) == "fork":
+        return  # asking CUDA would initialise it, and the processes of ddp_fork cannot fork after that
+    available = available_memory(device)
+    if available is None:
+        return
+    data = datamodule
+    side = {"channels": data.channels, "image_size": data.image_size}
+    stages = [("evaluation", BatchShape(data.eval_episodes_per_batch, data.eval_ways, data.eval_shots,
+                                        data.eval_queries, **side), "eval_")]  # fmt: skip
+    if subcommand == "fit":
+        episodes = data.episodes_per_batch // trainer.world_size
+        stages.insert(0, ("training", BatchShape(episodes, data.ways, data.shots, data.queries, **side), ""))
+    processes = trainer.num_devices if device.type == "cpu" else 1
+    for stage, shape, prefix in stages:
+        try:
+            needed = processes * episode_batch_bytes(model, shape, stage == "training", device, str(trainer.precision))
+        except RuntimeError:
+            return  # an algorithm that reads values in its step: no estimate
+        if needed <= MEMORY_WARNING_SHARE * available:
+            continue
+        per_episode = f"{prefix}shots {shape.shots} + {prefix}queries {shape.queries}"
+        backbone = type(getattr(model, "backbone", model)).__name__
+        what = (
+            f"a batch of episodes needs about {_size(needed)} in {stage} (data.{prefix}ways {shape.ways} x "
+            f"({per_episode}) images x {prefix}episodes_per_batch {shape.episodes}"
+            f"{f' x {processes} processes' if processes > 1 else ''}, {backbone} activations)"
+        )
+        lower = f"lower data.{prefix}ways, data.{prefix}queries or data.{prefix}episodes_per_batch"
+        if needed > available:
+            raise ValueError(f"{what}, more than the {_size(available)} available on {device.type}; {lower}")
+        share = f"{needed / available:.0%} of the {_size(available)} available on {device.type}"
+        rank_zero_warn(f"{what}: {share}, which leaves little room; {lower} if the run is killed for memory")
+
+
+def _size(size: int) -> str:
+    """``12.3 GiB``, or ``45.6 MiB`` below a GiB."""
+    return f"{size / 2**30:.1f} GiB" if size >= 2**30 else f"{size / 2**20:.1f} MiB"
 
 
 def checkpoint_folder(trainer: pl.Trainer) -> Path | None:

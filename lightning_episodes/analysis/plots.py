@@ -9,9 +9,11 @@ with pyplot's global state or shown, and saving renders with the Agg backend
 from __future__ import annotations
 
 import math
+import re
 import textwrap
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from pathlib import Path
 
 import numpy as np
 from matplotlib.axes import Axes
@@ -22,7 +24,7 @@ from scipy import stats
 from lightning_episodes.analysis._arrays import ArrayLike, as_indices, as_matrix, as_vector
 from lightning_episodes.analysis.correlation import paired_vectors, rank_correlation
 from lightning_episodes.analysis.normality import fit_normal
-from lightning_episodes.analysis.report import ResultsTable, Row, RunResult, distinguish_protocols
+from lightning_episodes.analysis.report import ResultsTable, RunResult, distinguish_protocols
 
 EASY_COLOR = "tab:blue"
 HARD_COLOR = "tab:red"
@@ -218,21 +220,71 @@ TICK_WIDTH = 22
 ARM_WIDTH = 1.35
 #: benchmark columns side by side in the study plot; more go on further rows, so that the figure stays page-wide
 COLUMNS_PER_ROW = 2
+#: inches of figure height per row of the legend below the panels
+LEGEND_ROW = 0.2
+#: the arms' colours: Okabe & Ito's palette, told apart with every colour vision (yellow, faint on white, last)
+ARM_COLOURS = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#000000", "#F0E442")
+#: the arms' markers: 7, prime to the 8 colours, so that arms 0 to 55 each have a (colour, marker) pair of their own
+ARM_MARKERS = ("o", "s", "^", "D", "v", "P", "X")
+#: the arms' validation curves: solid for the first 8 arms, then dashed, dotted, dash-dotted
+ARM_LINESTYLES = ("-", "--", ":", "-.")
+#: an absolute path in an arm's name (a task sampler's reference checkpoint): after a quote, a space, ``=`` or ``(``
+_ABSOLUTE_PATH = re.compile(r"(?<=['\"=( ])/[^'\"\s,)]+")
+
+
+@dataclass(frozen=True)
+class ArmStyle:
+    """How an arm is drawn in every panel of the study plot: its colour, marker and validation curves' line style."""
+
+    colour: str
+    marker: str
+    linestyle: str
+
+
+def arm_style(index: int) -> ArmStyle:
+    """The style of the ``index``-th arm (0-based): a distinct (colour, marker) pair for each of the first 56."""
+    colours = len(ARM_COLOURS)
+    linestyle = ARM_LINESTYLES[(index // colours) % len(ARM_LINESTYLES)]
+    return ArmStyle(ARM_COLOURS[index % colours], ARM_MARKERS[index % len(ARM_MARKERS)], linestyle)
+
+
+def relative_paths(text: str, root: Path | None) -> str:
+    """``text`` with each absolute path in it relative to ``root`` (the study folder), or, outside it (the machine that
+    made the record, another's folder), cut to ``…/<file name>``."""
+
+    def shorten(match: re.Match[str]) -> str:
+        path = Path(match.group(0))
+        if root is not None and path.is_relative_to(root.absolute()):
+            return path.relative_to(root.absolute()).as_posix()
+        return f"…/{path.name}"
+
+    return _ABSOLUTE_PATH.sub(shorten, text)
 
 
 def _arm_label(scheme: str, seeds: int) -> str:
-    lines = textwrap.wrap(scheme, TICK_WIDTH, break_long_words=False, break_on_hyphens=False)
+    # a name longer than a line (a path without spaces) is cut: it would run into its neighbour's label
+    lines = textwrap.wrap(scheme, TICK_WIDTH, break_long_words=True, break_on_hyphens=False)
     return "\n".join([*lines, f"({_seeds(seeds)})"])
 
 
-def plot_study(table: ResultsTable, runs: Sequence[RunResult]) -> Figure:
+def _interval(mean: float, ci95: float) -> tuple[float, list[list[float]]]:
+    """An accuracy and its 95% interval in %, the interval clipped to [0, 100]: ``(mean, [[below], [above]])``."""
+    centre = 100 * mean
+    low, high = max(0.0, centre - 100 * ci95), min(100.0, centre + 100 * ci95)
+    return centre, [[centre - low], [high - centre]]
+
+
+def plot_study(table: ResultsTable, runs: Sequence[RunResult], root: Path | None = None) -> Figure:
     """A study at a glance: per scenario (an algorithm in a column of ``table``: a benchmark), each arm's test
-    accuracy with its 95% interval (top) and each run's validation curve, coloured by arm, with its best step marked
-    (bottom). At most ``COLUMNS_PER_ROW`` scenarios side by side; the others below them, in the table's order.
+    accuracy with its 95% interval, clipped to [0, 100] (top) and each run's validation curve, with its best step
+    marked (bottom). At most ``COLUMNS_PER_ROW`` scenarios side by side; the others below them, in the table's order.
+    An arm has the same colour, marker and line style (:func:`arm_style`) in every panel, and one legend below the
+    panels names them all.
 
     Args:
         table: the results table of the runs (:func:`~lightning_episodes.analysis.report.build_table`).
         runs: the runs themselves (their validation curves; runs without one are left out of the bottom row).
+        root: the study folder: absolute paths in the arms' names are shown relative to it (:func:`relative_paths`).
 
     Returns:
         The figure (pyplot-free; ``figure.savefig(path)`` renders it).
@@ -248,39 +300,50 @@ def plot_study(table: ResultsTable, runs: Sequence[RunResult]) -> Figure:
     width = max(5.0, ARM_WIDTH * max(map(len, arms.values()), default=1))
     across = min(COLUMNS_PER_ROW, max(1, len(scenarios)))
     down = max(1, math.ceil(len(scenarios) / across))
-    figure = Figure(figsize=(width * across, 7.0 * down), layout="constrained")
+    schemes = list(dict.fromkeys(replace(row, algorithm="") for row in table.rows))
+    legend_columns = max(1, min(2 * across, len(schemes)))
+    legend_height = LEGEND_ROW * math.ceil(len(schemes) / legend_columns)
+    figure = Figure(figsize=(width * across, 7.0 * down + legend_height), layout="constrained")
     axes = figure.subplots(2 * down, across, squeeze=False)
     # each scenario's place: its accuracies over its curves, row by row
     places = [(axes[2 * r, c], axes[2 * r + 1, c]) for r in range(down) for c in range(across)]
     for unused in places[max(1, len(scenarios)) :]:
         for ax in unused:
             ax.set_visible(False)
-    colours = {row: f"C{k}" for k, row in enumerate(dict.fromkeys(replace(row, algorithm="") for row in table.rows))}
+    styles = {scheme: arm_style(k) for k, scheme in enumerate(schemes)}
+    names = {scheme: relative_paths(scheme.scheme, root) for scheme in schemes}
     for (column, algorithm), (top, bottom) in zip(scenarios, places, strict=False):
         present = arms[column, algorithm]
         for k, row in enumerate(present):
-            cell = table.cells[row, column]
-            top.errorbar(k, 100 * cell.mean, yerr=100 * cell.ci95, fmt="o", capsize=4, color=_colour(colours, row))
-        top.set_xticks(range(len(present)), [_arm_label(row.scheme, table.cells[row, column].seeds) for row in present])
+            style, cell = styles[replace(row, algorithm="")], table.cells[row, column]
+            mean, error = _interval(cell.mean, cell.ci95)
+            top.errorbar(k, mean, yerr=error, fmt=style.marker, capsize=4, color=style.colour)
+        labels = [_arm_label(names[replace(row, algorithm="")], table.cells[row, column].seeds) for row in present]
+        top.set_xticks(range(len(present)), labels)
         top.tick_params(axis="x", labelsize=7)
         top.set_ylabel("test accuracy (%) ± 95% CI")
         top.set_title("\n".join(textwrap.wrap(f"{algorithm}: {column.label}", 60)), fontsize=9)
+        _within_percent(top)
         for run in runs:
             best = run.best_validation
             if run.column != column or run.row.algorithm != algorithm or best is None:
                 continue
             steps, accuracies = zip(*run.validation, strict=True)
-            colour = _colour(colours, run.row)
-            bottom.plot(steps, [100 * a for a in accuracies], color=colour, alpha=0.8, lw=1)
-            bottom.plot([best[0]], [100 * best[1]], "o", color=colour, ms=4)
+            style = styles.get(replace(run.row, algorithm=""), ArmStyle("k", "o", "-"))
+            bottom.plot(steps, [100 * a for a in accuracies], color=style.colour, ls=style.linestyle, alpha=0.8, lw=1)
+            bottom.plot([best[0]], [100 * best[1]], style.marker, color=style.colour, ms=5)
         bottom.set_xlabel("step")
         bottom.set_ylabel("validation accuracy (%)")
-        handles = [Line2D([], [], color=_colour(colours, row), label=row.scheme) for row in present]
-        if handles:
-            bottom.legend(handles=handles, fontsize=7)
+    handles = [
+        Line2D([], [], color=style.colour, marker=style.marker, ls=style.linestyle, label=names[scheme])
+        for scheme, style in styles.items()
+    ]
+    if handles:  # below every panel: it covers no curve
+        figure.legend(handles=handles, loc="outside lower center", ncols=legend_columns, fontsize=8)
     return figure
 
 
-def _colour(colours: dict[Row, str], row: Row) -> str:
-    """An arm's colour, the same in every scenario (``"k"`` for a run without a cell)."""
-    return colours.get(replace(row, algorithm=""), "k")
+def _within_percent(ax: Axes) -> None:
+    """Keep the y-axis of accuracies in % inside [0, 100]."""
+    low, high = ax.get_ylim()
+    ax.set_ylim(max(0.0, low), min(100.0, high))

@@ -7,6 +7,7 @@ names them under the table."""
 
 from __future__ import annotations
 
+import os
 import sys
 import warnings
 from collections.abc import Sequence
@@ -107,7 +108,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.plot is not None:
         from lightning_episodes.analysis.plots import plot_study
 
-        plot_study(table, results).savefig(args.plot)
+        # the study folder: the arms' names show paths relative to it
+        root = Path(os.path.commonpath([(p if p.is_dir() else p.parent).absolute() for p in args.runs]))
+        plot_study(table, results, root).savefig(args.plot)
     for path, text in ((args.markdown, markdown), (args.csv, table.to_csv() if args.csv else "")):
         if path is not None:
             path.write_text(text)

@@ -8,6 +8,7 @@ import torch
 from torch import Tensor, nn
 
 from lightning_episodes.models.batchnorm import deferred_running_stats
+from lightning_episodes.models.devices import on_cpu
 
 
 class EpisodicBackbone(nn.Module, ABC):
@@ -44,7 +45,7 @@ class EpisodicBackbone(nn.Module, ABC):
         if images.dim() == 4:
             return self.embed(self._layout(images), 1)
         episodes, size = images.shape[:2]
-        if episodes > 1 and images.device.type == "cpu" and self.embeds_episodes_apart():
+        if episodes > 1 and on_cpu(images) and self.embeds_episodes_apart():
             # On a CPU, one episode at a time: its activations stay in the caches and every batch norm runs its fused
             # kernel on one contiguous block, in either layout and precision (benchmarks/batchnorm.py: as fast as a
             # plain per-episode loop, up to 2.7x the batched forward); a training batch norm updates its running

@@ -18,6 +18,8 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from lightning_episodes.models.devices import on_cpu
+
 EvalBatchNorm = Literal["running", "episode"]
 """Statistics batch norm uses at evaluation: the running buffers, or the episode's own inputs."""
 
@@ -190,7 +192,7 @@ class EpisodicBatchNorm2d(nn.Module):
         """Normalise `[B, N, C, H, W]` with each episode's own statistics (updating buffers if training)."""
         values = x.shape[1] * x.shape[3] * x.shape[4]
         self._check_values(values, x.shape)
-        if x.device.type == "cpu":
+        if on_cpu(x):
             # Episode by episode: each is one contiguous block (in either layout), so the fused kernel needs no
             # copy, and one episode's activations stay in the caches (benchmarks/batchnorm.py: faster than one
             # kernel over a transposed copy, and the only way to keep channels_last and bfloat16 fast).

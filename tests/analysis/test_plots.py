@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -203,7 +204,7 @@ def test_study_plot_labels_do_not_overlap_however_many_arms(tmp_path: Path) -> N
 def test_study_plot_puts_at_most_two_benchmarks_side_by_side(tmp_path: Path) -> None:
     """Three benchmarks: two side by side, the third below the first (its accuracies over its curves), the empty
     place beside it hidden; the figure is two columns wide, not three."""
-    from lightning_episodes.analysis.plots import COLUMNS_PER_ROW, plot_study
+    from lightning_episodes.analysis.plots import COLUMNS_PER_ROW, LEGEND_ROW, plot_study
 
     assert COLUMNS_PER_ROW == 2
     for dataset in ("glyphs", "glyphs-hard", "glyphs-100"):
@@ -213,7 +214,7 @@ def test_study_plot_puts_at_most_two_benchmarks_side_by_side(tmp_path: Path) -> 
     table = build_table(runs)
     assert len(table.columns) == 3
     figure = plot_study(table, runs)
-    assert figure.get_size_inches() == pytest.approx((2 * 5.0, 2 * 7.0))
+    assert figure.get_size_inches() == pytest.approx((2 * 5.0, 2 * 7.0 + LEGEND_ROW))  # a legend of 2 arms: one row
     grid = [[figure.axes[2 * row + i] for i in range(2)] for row in range(4)]  # subplots' row-major order, 4 x 2
     titles = [[ax.get_title().replace("\n", " ") for ax in row] for row in grid]
     labels = [f"ProtoNet (Euclidean): {column.label}" for column in table.columns]
@@ -247,3 +248,83 @@ def test_study_plot_gives_each_algorithm_of_a_benchmark_its_own_panel(tmp_path: 
     colours = [[matplotlib.colors.to_hex(line.get_color()) for line in ax.lines[::2]] for ax in bottoms]
     assert colours[0] == colours[1]
     assert colours[0][0] != colours[0][1]
+
+
+def _dozen_arms(root: Path) -> list[Any]:
+    """Twelve arms of one benchmark, each with a validation curve: one whose interval reaches below 0, and two of a
+    task sampler whose reference checkpoint is an absolute path (in the study folder, on another machine)."""
+    curve = {"validation": [[250, 0.4], [500, 0.5]]}
+    for k, target in enumerate(("baseline", "uniform", "easy", "hard")):
+        write_run(root / target, 0.5 + 0.01 * k, 0.01, [weighting(target)], **curve)
+    for target in ("uniform", "easy"):
+        write_run(root / f"{target}_offline", 0.5, 0.01, [weighting(target, "offline")], **curve)
+    options: list[dict[str, Any]] = [{"normalization": "psis"}, {"shuffle_weights": True}, {"mode": "resample"}]
+    for k, changed in enumerate(options):
+        write_run(root / f"option{k}", 0.5, 0.01, sampling=sampling(target="uniform", **changed), **curve)
+    write_run(root / "wide", 0.1, 0.3, sampling=sampling(target="uniform", mode="resample", shuffle_weights=True),
+              **curve)  # fmt: skip
+    data = {"dataset": "mini-imagenet", "ways": 5, "shots": 1, "eval_ways": None, "seed": 0, "test_split": "test"}
+    for name, reference in (("here", root / "refs" / "a.ckpt"), ("elsewhere", Path("/home/someone/refs/b.ckpt"))):
+        sampler = {**data, "task_sampler": f"StaticDPP(reference_checkpoint='{reference}', images_per_class=5)"}
+        write_run(root / name, 0.5, 0.01, sampling=sampling(target="baseline"), data=sampler, **curve)
+    return load(root)
+
+
+def test_study_plot_tells_a_dozen_arms_apart(tmp_path: Path) -> None:
+    """Every arm has a (colour, marker) pair of its own, in its accuracy and its curves' best steps (issue 60)."""
+    from lightning_episodes.analysis.plots import arm_style, plot_study
+
+    assert len({(arm_style(k).colour, arm_style(k).marker) for k in range(56)}) == 56
+    assert len({arm_style(k).colour for k in range(8)}) == 8
+    runs = _dozen_arms(tmp_path)
+    figure = plot_study(build_table(runs), runs, tmp_path)
+    top, bottom = figure.axes[:2]
+    points = [container.lines[0] for container in top.containers]
+    assert len(points) == 12
+    assert len({(matplotlib.colors.to_hex(p.get_color()), p.get_marker()) for p in points}) == 12
+    best = [line for line in bottom.lines if len(line.get_xdata()) == 1]
+    assert len({(matplotlib.colors.to_hex(b.get_color()), b.get_marker()) for b in best}) == 12
+
+
+def test_study_plot_legend_is_outside_the_axes(tmp_path: Path) -> None:
+    from lightning_episodes.analysis.plots import plot_study
+
+    runs = _dozen_arms(tmp_path)
+    figure = plot_study(build_table(runs), runs, tmp_path)
+    figure.draw_without_rendering()  # lays the figure out (constrained layout), as saving it does
+    assert not any(ax.get_legend() for ax in figure.axes)
+    (legend,) = figure.legends
+    assert len(legend.get_texts()) == 12
+    box = legend.get_window_extent()
+    assert not any(box.overlaps(ax.get_tightbbox()) for ax in figure.axes if ax.get_visible())
+
+
+def test_study_plot_clips_intervals_to_0_100(tmp_path: Path) -> None:
+    """An arm at 10% ± 30 draws its interval from 0 to 40, and the axis stays within [0, 100]."""
+    from lightning_episodes.analysis.plots import plot_study
+
+    runs = _dozen_arms(tmp_path)
+    figure = plot_study(build_table(runs), runs, tmp_path)
+    top = figure.axes[0]
+    low, high = top.get_ylim()
+    assert 0 <= low < high <= 100
+    ends = [y for container in top.containers for segment in container.lines[2][0].get_segments() for _, y in segment]
+    assert min(ends) == pytest.approx(0.0)
+    assert all(0 <= y <= 100 for y in ends)
+
+
+def test_study_plot_labels_hold_no_absolute_path(tmp_path: Path) -> None:
+    """A path in the study folder is shown relative to it, another machine's as its file name."""
+    from lightning_episodes.analysis.plots import plot_study, relative_paths
+
+    assert relative_paths("x='/a/b/c.ckpt', y=1", Path("/a")) == "x='b/c.ckpt', y=1"
+    assert relative_paths("x='/elsewhere/c.ckpt')", Path("/a")) == "x='…/c.ckpt')"
+    runs = _dozen_arms(tmp_path)
+    figure = plot_study(build_table(runs), runs, tmp_path)
+    ticks = [tick.get_text().replace("\n", "") for tick in figure.axes[0].get_xticklabels()]
+    legend = [text.get_text() for text in figure.legends[0].get_texts()]
+    for label in ticks + legend:
+        assert str(tmp_path) not in label, label
+        assert "'/" not in label, label
+    assert any("reference_checkpoint='refs/a.ckpt'" in label for label in legend)
+    assert any("reference_checkpoint='…/b.ckpt'" in label for label in legend)

@@ -1,18 +1,21 @@
 """What the command line checks and reports around a run: the batch and the fixed episodes divide among the devices
 before any process starts, an absent accelerator is one line, a standalone test records its checkpoint's step, a
-resumed run's progress bar shows its version number, and a checkpoint of another algorithm than --model is said in one
-line."""
+resumed run's progress bar shows its version number, a checkpoint of another algorithm than --model is said in one
+line, and a batch of episodes larger than the available memory stops the run before its folder."""
 
 from __future__ import annotations
 
 import json
 import logging
+import re
+import warnings
 from pathlib import Path
 
 import pytest
 import torch
 from pytorch_lightning.callbacks.progress.progress_bar import get_standard_metrics
 
+from lightning_episodes import cli_checks
 from lightning_episodes.cli import entry, main
 from tests.cli.test_checkpoints import _config
 
@@ -88,3 +91,40 @@ def test_a_standalone_test_records_the_checkpoint_step_and_a_resume_shows_its_ve
         f"note: --ckpt_path {tmp_path}/logs/version_0/checkpoints/last.ckpt holds a ProtoNet model: test runs "
         "ProtoNet, not MAML"
     ]
+
+
+def test_a_batch_larger_than_the_memory_stops_before_the_run_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 60: ``--data.ways 500`` of the quickstart ran 6 minutes before the kernel killed it for memory."""
+    monkeypatch.setattr(cli_checks, "available_memory", lambda device: 2**19)  # a training batch needs 1.2 MiB
+    assert entry(["fit", "--config", str(_config(tmp_path)), "--data.queries=4"]) == 2
+    line = _error_line(capsys)
+    assert re.search(
+        r"error: a batch of episodes needs about \d\.\d MiB in training \(data\.ways 5 x \(shots 2 \+ queries 4\) "
+        r"images x episodes_per_batch 4, Conv4 activations\), more than the 0\.5 MiB available on cpu; lower "
+        r"data\.ways, data\.queries or data\.episodes_per_batch$",
+        line,
+    ), line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.yaml"]  # no run folder
+
+
+def test_an_evaluation_batch_is_checked_by_test_too(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cli_checks, "available_memory", lambda device: 2**18)  # an evaluation batch needs 0.6 MiB
+    assert entry(["test", "--config", str(_config(tmp_path))]) == 2
+    assert "MiB in evaluation (data.eval_ways 5 x (eval_shots 2 + eval_queries 3) images x " in _error_line(capsys)
+
+
+def test_a_batch_near_the_available_memory_is_a_warning(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cli = main(["--config", str(_config(tmp_path))], run=False)
+    needs = {True: 9 * 2**30, False: 2**30}  # training, evaluation
+    monkeypatch.setattr(cli_checks, "episode_batch_bytes", lambda model, shape, training, *args: needs[training])
+    monkeypatch.setattr(cli_checks, "available_memory", lambda device: 10 * 2**30)
+    with pytest.warns(UserWarning, match=r"needs about 9\.0 GiB in training .*: 90% of the 10\.0 GiB available on cpu"):
+        cli_checks.check_memory(cli.trainer, cli.model, cli.datamodule, "fit")
+    monkeypatch.setattr(cli_checks, "available_memory", lambda device: 12 * 2**30)  # 75%: nothing to say
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        cli_checks.check_memory(cli.trainer, cli.model, cli.datamodule, "fit")
