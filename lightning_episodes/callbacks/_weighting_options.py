@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 from typing import Any, Final
 
@@ -23,11 +23,17 @@ from lightning_episodes.weighting import (
     OUT_OF_SUPPORT,
     PROPOSAL_OPTIONS,
     UPDATES,
+    Component,
+    ESSNormalizer,
+    Normalizer,
+    Proposal,
     Target,
-    available_normalizers,
     available_proposals,
     get_target,
+    make_normalizer,
+    make_proposal,
 )
+from lightning_episodes.weighting.proposals import PROPOSAL_REGISTRY
 
 __all__ = ["ESTIMATES", "MODES", "WeightingOptions", "check_trainer"]
 
@@ -41,6 +47,9 @@ _MINIMUMS: Final[dict[str, int]] = {
 }  # fmt: skip
 #: Options passed on as floats (a YAML ``3`` is an int).
 _FLOATS: Final[tuple[str, ...]] = ("support_sigmas", "decay", "running_decay")
+#: The options the callback reads about its proposal itself (the warm-up's length: when the fit is checked, whether
+#: a run ever weights): a proposal given as an object sets them with its own constructor's arguments.
+_FROM_PROPOSAL: Final[tuple[str, ...]] = ("warmup_steps",)
 
 
 def _is_number(value: object) -> bool:
@@ -54,15 +63,21 @@ def _invalid(name: str, value: object, requirement: str) -> ValueError:
 @dataclass(frozen=True)
 class WeightingOptions(Mapping[str, Any]):
     """Every option of :class:`~lightning_episodes.callbacks.DifficultyWeightingCallback` (documented there),
-    validated once here and frozen.
+    validated once here and frozen, and the target, proposal and normaliser built from them (:attr:`components`).
 
-    It is also a read-only mapping of the options as plain values (``target``: its name, or its class's name for
-    a :class:`~lightning_episodes.weighting.Target` instance), which is what a results record stores to tell runs
-    apart.
+    A component named (``proposal: normal``, or a class path string) is built with the callback's options its
+    constructor takes (``decay``, ``window``...); one given as an object (an instance, or ``class_path`` +
+    ``init_args`` in YAML) keeps its own arguments, and a callback option it also takes must then be left at its
+    default or agree with it (else a ``ValueError``): each value is set once. ``warmup_steps`` is then the
+    proposal's.
+
+    It is also a read-only mapping of the options as plain values, which is what a results record stores to tell
+    runs apart: a component given by name is its name, one given as an object its ``{"class_path", "init_args"}``.
 
     Raises:
         ValueError: for an option out of its range or unknown, naming the option and the allowed values
-            (``proposal="online"/"offline"`` of older versions is told to use ``estimate``).
+            (``proposal="online"/"offline"`` of older versions is told to use ``estimate``), or an option given both
+            to the callback and to the component object that takes it, with different values.
     """
 
     target: str | Target = "uniform"
@@ -70,10 +85,10 @@ class WeightingOptions(Mapping[str, Any]):
     warmup_steps: int = 100
     support_sigmas: float = 2.58
     out_of_support: str = "zero"
-    normalization: str = "ess"
+    normalization: str | Normalizer = "ess"
     update: str = "episode"
     estimate: str = "online"
-    proposal: str = "normal"
+    proposal: str | Proposal = "normal"
     window: int = 1000
     running_decay: float = 0.99
     shuffle_weights: bool = False
@@ -90,11 +105,7 @@ class WeightingOptions(Mapping[str, Any]):
     def __post_init__(self) -> None:
         if isinstance(self.reference_checkpoint, Path):
             object.__setattr__(self, "reference_checkpoint", str(self.reference_checkpoint))
-        try:
-            get_target(self.target)
-        except ValueError as error:
-            raise ValueError(f"DifficultyWeightingCallback: {error}") from None
-        if self.proposal in ESTIMATES:
+        if isinstance(self.proposal, str) and self.proposal in ESTIMATES:
             raise ValueError(
                 f"DifficultyWeightingCallback: proposal={self.proposal!r} is now estimate={self.proposal!r}: "
                 f"`proposal` names the model of the difficulty distribution, one of {list(available_proposals())}, "
@@ -109,22 +120,17 @@ class WeightingOptions(Mapping[str, Any]):
                 raise _invalid(key, self[key], f"an integer >= {minimum}")
         if not (_is_number(self.support_sigmas) and self.support_sigmas > 0):
             raise _invalid("support_sigmas", self.support_sigmas, "a finite number > 0")
-        for key, allowed in (
-            ("out_of_support", OUT_OF_SUPPORT),
-            ("normalization", available_normalizers()),
-            ("update", UPDATES),
-            ("estimate", ESTIMATES),
-            ("proposal", available_proposals()),
-            ("mode", MODES),
-        ):
+        for key, allowed in (("out_of_support", OUT_OF_SUPPORT), ("update", UPDATES), ("estimate", ESTIMATES),
+                             ("mode", MODES)):  # fmt: skip
             if self[key] not in allowed:
                 raise _invalid(key, self[key], f"one of {list(allowed)}")
         for key in ("shuffle_weights", "log_grad_norm", "replacement"):
             if not isinstance(self[key], bool):
                 raise _invalid(key, self[key], "true or false")
-        if self.mode == "resample" and self.normalization != "ess":
+        self._build_components()
+        if self.mode == "resample" and type(self.components[2]) is not ESSNormalizer:
             raise ValueError(
-                f"DifficultyWeightingCallback: normalization={self.normalization!r} applies to mode='reweight' "
+                f"DifficultyWeightingCallback: normalization={self['normalization']!r} applies to mode='reweight' "
                 "only: resampled episodes are trained with weight 1 (leave normalization at 'ess')"
             )
         if self.estimate == "offline" and not self.reference_checkpoint:
@@ -134,10 +140,49 @@ class WeightingOptions(Mapping[str, Any]):
                 "--trainer.callbacks.reference_checkpoint=PATH after the sampling config)"
             )
 
+    def _build_components(self) -> None:
+        """Builds :attr:`components`, checks the options given twice, and takes ``warmup_steps`` from a proposal
+        object."""
+        try:
+            target = get_target(self.target)
+            proposal = make_proposal(self.proposal, **self.proposal_options())
+            normalizer = make_normalizer(self.normalization, **self.normalizer_options())
+        except (ValueError, TypeError) as error:
+            raise ValueError(f"DifficultyWeightingCallback: {error}") from None
+        for key, component, options in (("proposal", proposal, PROPOSAL_OPTIONS),
+                                        ("normalization", normalizer, NORMALIZER_OPTIONS)):  # fmt: skip
+            if not isinstance(getattr(self, key), Component):
+                continue
+            for argument, value in component.init_args.items():
+                option = component.callback_options.get(argument, argument)  # the callback's option of that role
+                if option not in options:
+                    continue
+                if self[option] != _default(option) and self[option] != value:
+                    raise ValueError(
+                        f"DifficultyWeightingCallback: {option}={self[option]!r} disagrees with the {key}'s own "
+                        f"{argument}={value!r} ({type(component).__name__}): give it once, in the {key}'s init_args "
+                        f"(the callback's {option} sets only a {key} given by name)"
+                    )
+                if option in _FROM_PROPOSAL and key == "proposal":
+                    object.__setattr__(self, option, value)
+        object.__setattr__(self, "_components", (target, proposal, normalizer))
+
+    @property
+    def components(self) -> tuple[Target, Proposal, Normalizer]:
+        """The target, the proposal and the normaliser the options give (built once, at construction)."""
+        return self._components  # type: ignore[attr-defined]
+
     @property
     def target_name(self) -> str:
         """The target's name (a :class:`~lightning_episodes.weighting.Target` instance: its class's name)."""
         return self.target if isinstance(self.target, str) else type(self.target).__name__
+
+    @property
+    def proposal_name(self) -> str:
+        """The proposal's registered name (that of its class, for an object), else its class path: what the misfit
+        warning compares with the registered proposals."""
+        proposal = self.components[1]
+        return PROPOSAL_REGISTRY.name_of(proposal) or type(proposal).class_path()
 
     def proposal_options(self) -> dict[str, Any]:
         """The options a proposal is built with (:data:`~lightning_episodes.weighting.PROPOSAL_OPTIONS`)."""
@@ -149,17 +194,23 @@ class WeightingOptions(Mapping[str, Any]):
 
     # -- the read-only mapping of plain values ----------------------------------------------------------------
     def __getitem__(self, key: str) -> Any:
-        if key == "target":
-            return self.target_name
         if key not in self.__dataclass_fields__:
             raise KeyError(key)
-        return getattr(self, key)
+        value = getattr(self, key)
+        if isinstance(value, type) and issubclass(value, Component):
+            return value.class_path()
+        return value.config() if isinstance(value, Component) else value
 
     def __iter__(self) -> Iterator[str]:
         return (field.name for field in fields(self))
 
     def __len__(self) -> int:
         return len(self.__dataclass_fields__)
+
+
+def _default(option: str) -> Any:
+    default = WeightingOptions.__dataclass_fields__[option].default
+    return None if default is MISSING else default
 
 
 def check_trainer(trainer: pl.Trainer, options: WeightingOptions, target: Target) -> None:

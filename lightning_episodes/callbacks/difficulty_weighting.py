@@ -44,12 +44,11 @@ from lightning_episodes.callbacks._weighting_state import (
 from lightning_episodes.data.episode import Episode
 from lightning_episodes.weighting import (
     EpisodeWeights,
+    Normalizer,
+    Proposal,
     Target,
     WeightingDiagnostics,
     curriculum_progress,
-    get_target,
-    make_normalizer,
-    make_proposal,
 )
 
 __all__ = ["ESTIMATES", "DifficultyWeightingCallback", "WeightingOptions", "WeightingState", "WeightingStep"]
@@ -89,9 +88,10 @@ class DifficultyWeightingCallback(Callback):
     is checkpointed.
 
     Args:
-        target: a name of :func:`~lightning_episodes.weighting.available_targets` (built in: ``"baseline"``,
-            ``"easy"``, ``"hard"``, ``"curriculum"``, ``"uniform"``; or one registered with
-            :func:`~lightning_episodes.weighting.register_target`), or a :class:`~lightning_episodes.weighting.Target`.
+        target: the target ``p``: a :class:`~lightning_episodes.weighting.Target` (in YAML ``class_path`` +
+            ``init_args``), or a name of :func:`~lightning_episodes.weighting.available_targets` (built in:
+            ``"baseline"``, ``"easy"``, ``"hard"``, ``"curriculum"``, ``"uniform"``; or registered with
+            :func:`~lightning_episodes.weighting.register_target`) or a class path, built with its defaults.
         decay: ``lambda`` in ``[0, 1)``, the weight of the old value in the online moving average.
         warmup_steps: optimizer steps of plain sampling before online weighting starts (>= 2; ``setup`` warns when
             it is not below ``trainer.max_steps``, a run that would never weight).
@@ -100,12 +100,18 @@ class DifficultyWeightingCallback(Callback):
         normalization: ``"ess"`` (``sum w L / ESS``, the paper's), ``"self"`` (``sum w L / sum w``),
             ``"truncated"`` (weights capped at ``mean(w) sqrt(|B|)``, then self), ``"psis"`` (Pareto-smoothed
             tail, then self), ``"running"`` (``sum w L / D``, ``D`` a moving average of ``sum w``), ``"scale"``
-            (``(sum w / ESS) mean(L)``: the paper's step scale alone, every episode weighted 1) or a name registered
-            with :func:`~lightning_episodes.weighting.register_normalizer`.
+            (``(sum w / ESS) mean(L)``: the paper's step scale alone, every episode weighted 1), a name registered
+            with :func:`~lightning_episodes.weighting.register_normalizer` or a class path, each built with
+            ``window`` and ``running_decay``; or a :class:`~lightning_episodes.weighting.Normalizer` (in YAML
+            ``class_path`` + ``init_args``), which keeps its own arguments.
         update: ``"episode"`` or ``"batch"``: how the normal/log-normal online estimate absorbs a step.
         estimate: ``"online"`` or ``"offline"``.
-        proposal: the model ``q`` of the difficulties: ``"normal"``, ``"lognormal"``, ``"empirical"`` or a name
-            registered with :func:`~lightning_episodes.weighting.register_proposal`.
+        proposal: the model ``q`` of the difficulties: ``"normal"``, ``"lognormal"``, ``"empirical"``, a name
+            registered with :func:`~lightning_episodes.weighting.register_proposal` or a class path, each built with
+            the options here that its constructor takes (``support_sigmas``, ``decay``, ``warmup_steps``, ``update``,
+            ``window``); or a :class:`~lightning_episodes.weighting.Proposal` (in YAML ``class_path`` +
+            ``init_args``, e.g. ``NormalProposal`` with ``decay: 0.8``), which keeps its own arguments: one of these
+            options that it takes must then be left at its default or agree with it, and ``warmup_steps`` is its.
         window: recent difficulties of the empirical proposal, recent weights of ``psis`` and of the diagnostics.
         running_decay: weight of the old value in ``running``'s average of ``sum w``, in ``[0, 1)``.
         shuffle_weights: placebo control: permute each step's weights among its episodes (same permutation on
@@ -132,7 +138,8 @@ class DifficultyWeightingCallback(Callback):
 
     Raises:
         ValueError: at construction, for an argument out of range or unknown (``proposal="online"/"offline"`` of
-            older versions: use ``estimate``); at ``setup``, for a curriculum without ``trainer.max_steps``,
+            older versions: use ``estimate``), or one given both here and, differently, to the component object
+            that takes it; at ``setup``, for a curriculum without ``trainer.max_steps``,
             ``accumulate_grad_batches > 1``, or a reference trained on other ways.
         FileNotFoundError: at ``setup``, if ``reference_checkpoint`` does not exist.
 
@@ -145,6 +152,10 @@ class DifficultyWeightingCallback(Callback):
         >>> callback = DifficultyWeightingCallback(target="uniform", proposal="lognormal", normalization="running")
         >>> callback.state_key, callback.options.proposal
         ('DifficultyWeightingCallback[]', 'lognormal')
+        >>> from lightning_episodes.weighting import NormalProposal
+        >>> callback = DifficultyWeightingCallback(proposal=NormalProposal(decay=0.8, warmup_steps=50))
+        >>> callback.options["proposal"]["init_args"]["decay"], callback.options.warmup_steps
+        (0.8, 50)
         >>> # trainer = pl.Trainer(max_steps=10_000, callbacks=[callback]); trainer.fit(ProtoNet(), datamodule)
     """
 
@@ -155,10 +166,10 @@ class DifficultyWeightingCallback(Callback):
         warmup_steps: int = 100,
         support_sigmas: float = 2.58,
         out_of_support: Literal["zero", "clamp"] = "zero",
-        normalization: str = "ess",
+        normalization: str | Normalizer = "ess",
         update: Literal["episode", "batch"] = "episode",
         estimate: Literal["online", "offline"] = "online",
-        proposal: str = "normal",
+        proposal: str | Proposal = "normal",
         window: int = 1000,
         running_decay: float = 0.99,
         shuffle_weights: bool = False,
@@ -172,21 +183,14 @@ class DifficultyWeightingCallback(Callback):
         pool: int = 4,
         replacement: bool = True,
     ) -> None:
+        arguments = {key: value for key, value in locals().items() if key in WeightingOptions.__dataclass_fields__}
         #: every option, validated and frozen (also a mapping of them as plain values, for the results record)
-        self.options = options = WeightingOptions(
-            target=target, decay=decay, warmup_steps=warmup_steps, support_sigmas=support_sigmas,
-            out_of_support=out_of_support, normalization=normalization, update=update, estimate=estimate,
-            proposal=proposal, window=window, running_decay=running_decay, shuffle_weights=shuffle_weights,
-            seed=seed, log_grad_norm=log_grad_norm,
-            reference_checkpoint=None if reference_checkpoint is None else str(reference_checkpoint),
-            offline_episodes=offline_episodes, histogram_every_n_steps=histogram_every_n_steps, name=name, mode=mode,
-            pool=pool, replacement=replacement,
-        )  # fmt: skip
-        self.target = get_target(options.target)
+        self.options = options = WeightingOptions(**arguments)
+        self.target, proposal, normalizer = options.components
         #: the checkpointed state: ``q``, the normaliser, the diagnostics, the counters (see :class:`WeightingState`)
         self.state = WeightingState(
-            proposal=make_proposal(options.proposal, **options.proposal_options()),
-            normalizer=make_normalizer(options.normalization, **options.normalizer_options()),
+            proposal=proposal,
+            normalizer=normalizer,
             diagnostics=WeightingDiagnostics(options.window),
             selection_fit=SelectionFit(options.window) if options.mode == "resample" else None,
         )
@@ -256,7 +260,7 @@ class DifficultyWeightingCallback(Callback):
             state.offline_scored = values.numel()
             state.diagnostics.observe(values, None)
             if not self.target.plain_sampling:
-                state.check_fit(self.options.proposal)
+                state.check_fit(self.options.proposal_name)
                 self._check_pool(check_datamodule(trainer).episodes_per_batch, self._progress(trainer))
 
     # -- the weighting strategy (called from EpisodicModule.training_step) ---------------------------------------
@@ -318,15 +322,15 @@ class DifficultyWeightingCallback(Callback):
     def _learn(self, difficulties: Tensor, progress: float | None = None) -> None:
         # online: q absorbs the step's difficulties; the fit is checked every warmup_steps (not for plain sampling),
         # and resampling's pool once, at the end of the warm-up (difficulties: the pool, k |B| of them)
-        checked = None if self.target.plain_sampling else self.options.proposal
+        checked = None if self.target.plain_sampling else self.options.proposal_name
         self.state.learn(difficulties, self.options.warmup_steps, checked)
         if checked is not None and self.state.proposal.steps == self.options.warmup_steps:
             self._check_pool(difficulties.numel() // self.options.pool, progress)
 
     def _check_pool(self, batch: int, progress: float | None) -> None:
-        if self.options.mode == "resample":
-            options = self.options
-            self.state.check_pool(options.pool, batch, self.target, progress, options.out_of_support, options.proposal)
+        if (options := self.options).mode == "resample":
+            name = options.proposal_name
+            self.state.check_pool(options.pool, batch, self.target, progress, options.out_of_support, name)
 
     def _progress(self, trainer: pl.Trainer) -> float | None:
         # every target may use the progress t / T (setup checked max_steps for a target that needs it)

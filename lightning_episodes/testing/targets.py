@@ -147,9 +147,11 @@ def _survives_pickling_and_is_recorded_by_name(spec: TargetSpec) -> None:
     z = _grid(2.58)
     for progress in spec.progresses():
         assert torch.equal(copy.density(z, 2.58, progress), target.density(z, 2.58, progress)), "unpickled differs"
-    name = spec.target if isinstance(spec.target, str) else type(spec.target).__name__
+    assert copy.init_args == target.init_args, "unpickled with other arguments"
+    # what a results record keeps: a name as it is, an object as its class path and arguments
+    name = spec.target if isinstance(spec.target, str) else spec.target.config()
     recorded = WeightingOptions(target=spec.target)["target"]
-    assert recorded == name, f"a results record names it {recorded!r}"  # what a results record keeps
+    assert recorded == name, f"a results record names it {recorded!r}"
 
 
 def _a_resumed_run_weights_exactly(spec: TargetSpec) -> None:

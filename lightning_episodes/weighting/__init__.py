@@ -56,6 +56,7 @@ from lightning_episodes.weighting.proposals import (
     make_proposal,
     register_proposal,
 )
+from lightning_episodes.weighting.registry import ENTRY_POINT_GROUP, Component
 from lightning_episodes.weighting.resampling import (
     inclusion_probabilities,
     placebo_permutation,
@@ -92,6 +93,7 @@ from lightning_episodes.weighting.weights import (
 
 __all__ = [
     "DEFAULT_SUPPORT_SIGMAS",
+    "ENTRY_POINT_GROUP",
     "LOSS_DIVISORS",
     "MISFIT_MARGIN",
     "NORMALIZER_OPTIONS",
@@ -100,6 +102,7 @@ __all__ = [
     "SIGMA_FLOOR",
     "UPDATES",
     "BaselineTarget",
+    "Component",
     "CurriculumTarget",
     "DifficultyEstimator",
     "EasyTarget",

@@ -30,7 +30,7 @@ from torch import Tensor
 
 from lightning_episodes.weighting.diagnostics import gpd_fit, gpd_quantile, tail_size
 from lightning_episodes.weighting.loss import EpisodeWeights, stat_dtype
-from lightning_episodes.weighting.registry import Registry, accepted_options, subclass_of
+from lightning_episodes.weighting.registry import Component, Registry, subclass_of
 
 __all__ = [
     "NORMALIZER_OPTIONS",
@@ -48,7 +48,7 @@ __all__ = [
     "truncate_weights",
 ]
 
-#: The options a normaliser may be built with (see :meth:`Normalizer.from_options`).
+#: The weighting callback's options a normaliser it names is built with (see :meth:`~Component.from_options`).
 NORMALIZER_OPTIONS: Final[tuple[str, ...]] = ("window", "running_decay")
 
 
@@ -101,22 +101,14 @@ def pareto_smooth(weights: Tensor, reference: Tensor) -> tuple[Tensor, float]:
     return torch.from_numpy(w).to(device=weights.device, dtype=weights.dtype), k
 
 
-class Normalizer(ABC):
+class Normalizer(Component, ABC):
     """Turns a step's global weights into the loss's weights and normalisation, with state across steps.
 
     Subclasses implement :meth:`normalize`; stateful ones also :meth:`update`, :meth:`state_dict` and
-    :meth:`load_state_dict`. Register a subclass with :func:`register_normalizer` to name it in YAML configs;
-    :meth:`from_options` builds it from the weighting callback's options.
+    :meth:`load_state_dict`. Its options are its constructor's arguments (a config gives them as ``init_args`` of its
+    class path); register a subclass with :func:`register_normalizer` to name it in YAML configs, where
+    :meth:`~Component.from_options` builds it from the weighting callback's options.
     """
-
-    @classmethod
-    def from_options(cls, **options: Any) -> Normalizer:
-        """An instance built from the weighting callback's options, among :data:`NORMALIZER_OPTIONS`.
-
-        By default the class receives the options its ``__init__`` names (every one if it takes ``**kwargs``);
-        override this to build it otherwise.
-        """
-        return cls(**accepted_options(cls, options))
 
     @abstractmethod
     def normalize(self, weights: Tensor) -> EpisodeWeights:
@@ -132,13 +124,11 @@ class Normalizer(ABC):
     def load_state_dict(self, state: Mapping[str, Any]) -> None:  # noqa: B027 (stateless ones keep nothing)
         """Restores :meth:`state_dict`'s output exactly."""
 
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}()"
-
 
 #: the built-in normalisers: the paper's first
 NORMALIZER_REGISTRY: Final[Registry[type[Normalizer]]] = Registry(
     "normalization",
+    Normalizer,
     subclass_of("normalization", Normalizer),
     ("ess", "self", "truncated", "psis", "running", "scale"),
 )
@@ -212,13 +202,11 @@ class RunningNormalizer(Normalizer):
             callback's ``running_decay``.
     """
 
+    callback_options = {"decay": "running_decay"}
+
     def __init__(self, decay: float = 0.99) -> None:
         self.decay = decay
         self.average: float | None = None
-
-    @classmethod
-    def from_options(cls, **options: Any) -> Normalizer:
-        return cls(options.get("running_decay", 0.99))
 
     def _next(self, total: Tensor) -> Tensor:
         return total if self.average is None else self.decay * self.average + (1.0 - self.decay) * total
@@ -276,7 +264,7 @@ def register_normalizer(
 ) -> _NormalizerClass | Callable[[_NormalizerClass], _NormalizerClass]:
     """Registers a :class:`Normalizer` subclass under ``name`` (configs then write ``normalization: <name>``), like
     :func:`~lightning_episodes.weighting.register_proposal`; the weighting callback builds it with
-    :meth:`Normalizer.from_options`."""
+    :meth:`~lightning_episodes.weighting.registry.Component.from_options`."""
     return NORMALIZER_REGISTRY.register_or_decorate(name, normalizer, overwrite)
 
 
@@ -286,7 +274,10 @@ def available_normalizers() -> tuple[str, ...]:
     return NORMALIZER_REGISTRY.names()
 
 
-def make_normalizer(normalization: str, **options: Any) -> Normalizer:
-    """The normaliser named ``normalization`` (one of :func:`available_normalizers`, else a ``ValueError``), built
-    from the options of :data:`NORMALIZER_OPTIONS` it uses."""
-    return NORMALIZER_REGISTRY.build(normalization, **options)
+def make_normalizer(
+    normalization: str | Normalizer | type[Normalizer] | Mapping[str, Any], **options: Any
+) -> Normalizer:
+    """The normaliser ``normalization`` names (one of :func:`available_normalizers`, a class path, or a mapping with
+    ``class_path`` and ``init_args``; else a ``ValueError`` that lists the names), its class built from the callback's
+    ``options`` its constructor takes (:meth:`~Component.from_options`); an instance is returned as it is."""
+    return NORMALIZER_REGISTRY.resolve(normalization, options)

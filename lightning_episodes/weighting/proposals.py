@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 
 from lightning_episodes.weighting.estimator import DifficultyEstimator, difficulty_statistics
-from lightning_episodes.weighting.registry import Registry, accepted_options, subclass_of
+from lightning_episodes.weighting.registry import Component, Registry, subclass_of
 from lightning_episodes.weighting.targets import Target
 from lightning_episodes.weighting.weights import (
     DEFAULT_SUPPORT_SIGMAS,
@@ -40,7 +40,7 @@ __all__ = [
     "register_proposal",
 ]
 
-#: The options a proposal may be built with (see :meth:`Proposal.from_options`).
+#: The weighting callback's options a proposal it names is built with (see :meth:`~Component.from_options`).
 PROPOSAL_OPTIONS: Final[tuple[str, ...]] = ("support_sigmas", "decay", "warmup_steps", "update", "window")
 
 _LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
@@ -53,14 +53,15 @@ def cpu64(values: Tensor | list[float]) -> Tensor:
     return torch.tensor(values, dtype=torch.float64)
 
 
-class Proposal(ABC):
+class Proposal(Component, ABC):
     """A model ``q`` of the difficulty distribution, with its support and importance weights.
 
     Subclasses implement :meth:`update` (online: absorb one step's ordered global batch), :meth:`fit`
     (offline: fix ``q`` from a sample), :meth:`log_density` (untruncated ``log q``), :meth:`support`,
-    :attr:`location`/:attr:`scale` (logged as ``weighting/mu``, ``weighting/sigma``) and the state. Register a
-    subclass with :func:`register_proposal` to name it in YAML configs; :meth:`from_options` builds it from the
-    weighting callback's options and :meth:`heldout_log_likelihood` scores its fit (the misfit warning).
+    :attr:`location`/:attr:`scale` (logged as ``weighting/mu``, ``weighting/sigma``) and the state. Its options are
+    its constructor's arguments (a config gives them as ``init_args`` of its class path); register a subclass with
+    :func:`register_proposal` to name it in YAML configs, where :meth:`~Component.from_options` builds it from the
+    weighting callback's options; :meth:`heldout_log_likelihood` scores its fit (the misfit warning).
 
     Args:
         support_sigmas: ``c``: the support holds the central mass ``Phi(c) - Phi(-c)`` of ``q``.
@@ -122,15 +123,6 @@ class Proposal(ABC):
         """Restores :meth:`state_dict`'s output exactly."""
 
     @classmethod
-    def from_options(cls, **options: Any) -> Proposal:
-        """An instance built from the weighting callback's options, among :data:`PROPOSAL_OPTIONS`.
-
-        By default the class receives the options its ``__init__`` names (every one if it takes ``**kwargs``);
-        override this to build it otherwise.
-        """
-        return cls(**accepted_options(cls, options))
-
-    @classmethod
     def heldout_log_likelihood(cls, train: Tensor, test: Tensor) -> float:
         """``sum log q(test)`` of a fresh instance fitted (:meth:`fit`) to ``train``.
 
@@ -168,7 +160,7 @@ class Proposal(ABC):
 
 #: the built-in proposals: the paper's first, then the skew-aware ones (``empirical`` registers from its own module)
 PROPOSAL_REGISTRY: Final[Registry[type[Proposal]]] = Registry(
-    "proposal", subclass_of("proposal", Proposal), ("normal", "lognormal", "empirical")
+    "proposal", Proposal, subclass_of("proposal", Proposal), ("normal", "lognormal", "empirical")
 )
 
 
@@ -316,7 +308,8 @@ def available_proposals() -> tuple[str, ...]:
     return PROPOSAL_REGISTRY.names()
 
 
-def make_proposal(proposal: str, **options: Any) -> Proposal:
-    """The proposal named ``proposal`` (one of :func:`available_proposals`, else a ``ValueError``), built from the
-    options of :data:`PROPOSAL_OPTIONS` it uses."""
-    return PROPOSAL_REGISTRY.build(proposal, **options)
+def make_proposal(proposal: str | Proposal | type[Proposal] | Mapping[str, Any], **options: Any) -> Proposal:
+    """The proposal ``proposal`` names (one of :func:`available_proposals`, a class path, or a mapping with
+    ``class_path`` and ``init_args``; else a ``ValueError`` that lists the names), its class built from the callback's
+    ``options`` its constructor takes (:meth:`~Component.from_options`); an instance is returned as it is."""
+    return PROPOSAL_REGISTRY.resolve(proposal, options)

@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Final, overload
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from lightning_episodes.weighting.registry import Registry
+from lightning_episodes.weighting.registry import Component, Registry
 
 __all__ = [
     "BaselineTarget",
@@ -66,7 +66,7 @@ def _normal_pdf(z: Tensor) -> Tensor:
     return torch.exp(-0.5 * z * z - _LOG_SQRT_2PI)
 
 
-class Target(ABC):
+class Target(Component, ABC):
     """A target distribution ``p`` over standardised difficulty ``z`` on ``[-c, c]``.
 
     Subclasses implement :meth:`density`. It is called only with ``z`` inside the support
@@ -127,9 +127,6 @@ class Target(ABC):
         weights = (half[:, None] * _GL_WEIGHTS[None, :]).ravel()
         values = self.density(torch.from_numpy(nodes), c, progress).to(torch.float64)
         return float((values * torch.from_numpy(weights)).sum())
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}()"
 
 
 class BaselineTarget(Target):
@@ -214,7 +211,7 @@ def _instance(value: Any) -> Target:
 
 #: the built-in targets in the order of the paper's tables (Arnold et al., 2021, Table 1): plain sampling first
 _REGISTRY: Final[Registry[Target]] = Registry(
-    "target", _instance, ("baseline", "easy", "hard", "curriculum", "uniform")
+    "target", Target, _instance, ("baseline", "easy", "hard", "curriculum", "uniform")
 )
 _REGISTRY.builtin("baseline", BaselineTarget())
 _REGISTRY.builtin("easy", EasyTarget())
@@ -270,20 +267,20 @@ def available_targets() -> tuple[str, ...]:
     return _REGISTRY.names()
 
 
-def get_target(target: str | Target) -> Target:
-    """Resolves a target name (built-in or registered) or passes a :class:`Target` through.
+def get_target(target: str | Target | Mapping[str, Any]) -> Target:
+    """Resolves a target name (built-in or registered), a class path, or ``{"class_path": ..., "init_args": ...}``,
+    or passes a :class:`Target` through.
 
     Args:
-        target: a name from :func:`available_targets` or a :class:`Target` instance.
+        target: a name from :func:`available_targets` (a dotted name not registered yet is looked for in the module
+            it names, ``mylab.triangular``: ``mylab``), a class path (``"mylab.Triangular"``: built with its
+            defaults), a mapping with ``class_path`` and ``init_args``, or a :class:`Target` instance.
 
     Returns:
         The :class:`Target` instance.
 
     Raises:
-        ValueError: if ``target`` is neither a known name nor a :class:`Target` instance.
+        ValueError: if ``target`` names no target (the message lists the known names and how to make one's own
+            found).
     """
-    if isinstance(target, Target):
-        return target
-    if isinstance(target, str) and target in _REGISTRY:
-        return _REGISTRY[target]
-    raise ValueError(f"target must be one of {list(_REGISTRY.names())} or a Target instance, got {target!r}")
+    return _REGISTRY.resolve(target)

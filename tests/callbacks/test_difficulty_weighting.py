@@ -501,3 +501,31 @@ def test_logs_only_on_the_steps_the_logger_writes_the_same_values() -> None:
 def test_histogram_interval_is_validated() -> None:
     with pytest.raises(ValueError, match="histogram_every_n_steps"):
         DifficultyWeightingCallback(histogram_every_n_steps=-1)
+
+
+@pytest.mark.filterwarnings("ignore:Checkpoint directory .* exists and is not empty")
+@pytest.mark.slow
+def test_a_checkpoint_of_the_named_form_resumes_with_component_objects(tmp_path: Path) -> None:
+    """A run configured the old way (names + the callback's options) resumes with the same parts given as objects:
+    the checkpoint's state loads unchanged and the run continues bit for bit."""
+    from lightning_episodes.weighting import LogNormalProposal, RunningNormalizer
+
+    named: dict[str, Any] = {"warmup_steps": 2, "decay": 0.8, "window": 40, "proposal": "lognormal",
+                             "normalization": "running", "running_decay": 0.5}  # fmt: skip
+    straight_callback = DifficultyWeightingCallback(**named)
+    _, _, straight = _fit(straight_callback, max_steps=6)
+    checkpoint = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=3, save_last=True)
+    with pytest.raises(RuntimeError, match="CRASH"):
+        _fit(
+            DifficultyWeightingCallback(**named), max_steps=6, extra=[checkpoint, CrashAt(3)], enable_checkpointing=True
+        )
+    objects = {"window": 40, "proposal": LogNormalProposal(decay=0.8, warmup_steps=2),
+               "normalization": RunningNormalizer(decay=0.5)}  # fmt: skip
+    resumed = DifficultyWeightingCallback(**objects)
+    recorder = Recorder(resumed)
+    trainer = tiny_trainer(max_steps=6, limit_val_batches=0, callbacks=[resumed, recorder], enable_checkpointing=True)
+    trainer.fit(ProtoNet(image_size=16), tiny_datamodule(), ckpt_path=tmp_path / "last.ckpt")
+    assert [s.step for s in recorder.steps] == [3, 4, 5]
+    for ours, theirs in zip(recorder.steps, straight.steps[3:], strict=True):
+        assert torch.equal(ours.weights, theirs.weights)
+    assert same_state(resumed.state_dict(), straight_callback.state_dict())

@@ -296,3 +296,52 @@ def test_under_bfloat16_the_weights_and_their_statistics_stay_in_full_precision(
     for loss in losses.weighted:
         for name in ("ess", "sum_weights", "sum_squared_weights", "batch_over_ess"):
             assert getattr(loss, name).dtype == torch.float64, name
+
+
+def test_a_name_is_shorthand_for_the_object_built_with_the_callbacks_options() -> None:
+    from lightning_episodes.weighting import NormalProposal, RunningNormalizer
+
+    named = DifficultyWeightingCallback(proposal="normal", decay=0.8, update="batch", normalization="running",
+                                        running_decay=0.5)  # fmt: skip
+    assert isinstance(named.state.proposal, NormalProposal)
+    assert isinstance(named.state.normalizer, RunningNormalizer)
+    assert named.state.proposal.init_args == NormalProposal(decay=0.8, update="batch").init_args
+    assert named.state.normalizer.init_args == {"decay": 0.5}
+    assert (named.options["proposal"], named.options["normalization"]) == ("normal", "running")  # records as before
+
+
+def test_a_component_object_keeps_its_arguments_and_a_conflicting_option_is_refused() -> None:
+    from lightning_episodes.weighting import ESSNormalizer, NormalProposal, RunningNormalizer
+
+    proposal = NormalProposal(decay=0.8, warmup_steps=7)
+    callback = DifficultyWeightingCallback(proposal=proposal, normalization=RunningNormalizer(decay=0.5))
+    assert callback.state.proposal is proposal
+    assert callback.state.proposal.estimator.decay == 0.8
+    assert callback.options.warmup_steps == 7  # the proposal's warm-up is the callback's
+    assert callback.options["normalization"] == {
+        "class_path": "lightning_episodes.weighting.normalizers.RunningNormalizer",
+        "init_args": {"decay": 0.5},
+    }
+    # the same value given twice is one value; different ones are an error in one line, naming both
+    DifficultyWeightingCallback(proposal=NormalProposal(decay=0.8), decay=0.8)
+    expected = r"^DifficultyWeightingCallback: decay=0.95 disagrees with the proposal.s own decay=0.8"
+    with pytest.raises(ValueError, match=expected + r" \(NormalProposal\): give it once, in the proposal") as error:
+        DifficultyWeightingCallback(proposal=NormalProposal(decay=0.8), decay=0.95)
+    assert "\n" not in str(error.value)
+    with pytest.raises(ValueError, match=r"running_decay=0.9 disagrees with the normalization's own decay=0.5"):
+        DifficultyWeightingCallback(normalization=RunningNormalizer(decay=0.5), running_decay=0.9)
+    with pytest.raises(ValueError, match=r"normalization=.*RunningNormalizer.* applies to mode='reweight' only"):
+        DifficultyWeightingCallback(mode="resample", normalization=RunningNormalizer())
+    DifficultyWeightingCallback(mode="resample", normalization=ESSNormalizer())
+
+
+def test_a_class_path_with_init_args_builds_the_component_and_a_wrong_one_says_so() -> None:
+    callback = DifficultyWeightingCallback(
+        proposal={"class_path": "lightning_episodes.weighting.EmpiricalProposal", "init_args": {"window": 50}},
+        normalization="lightning_episodes.weighting.ParetoSmoothedNormalizer",  # a class path string: built by name
+        window=20,
+    )
+    assert (callback.state.proposal.window, callback.state.normalizer.window) == (50, 20)
+    with pytest.raises(ValueError, match=r"proposal: class_path 'lightning_episodes.weighting.UniformTarget' is not a "
+                       r"Proposal subclass; a component of your own is found by its class path"):  # fmt: skip
+        DifficultyWeightingCallback(proposal={"class_path": "lightning_episodes.weighting.UniformTarget"})
