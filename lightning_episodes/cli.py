@@ -16,6 +16,7 @@ from typing import Any, NoReturn
 
 import pytorch_lightning as pl
 import torch
+import yaml
 from jsonargparse import ActionConfigFile, Namespace
 from pytorch_lightning.callbacks import Callback, Checkpoint, ModelCheckpoint
 from pytorch_lightning.cli import LightningArgumentParser, LightningCLI
@@ -33,22 +34,22 @@ from lightning_episodes.algorithms.loading import (
     check_class_path,
     check_recorded_classes,
     read_checkpoint,
+    state_dict_mismatch,
 )
 from lightning_episodes.algorithms.schedules import check_schedule
-from lightning_episodes.callbacks.checkpointing import (
-    checkpoint_callback,
-    continue_logger_version,
-    find_last_checkpoint,
-)
+from lightning_episodes.callbacks.checkpointing import checkpoint_callback, continue_logger_version, last_checkpoints
 from lightning_episodes.callbacks.defaults import default_callbacks
 from lightning_episodes.callbacks.preemption import PreemptionHandler
 from lightning_episodes.cli_checks import (
     backbone_class_path,
     check_accelerator,
     check_backbone,
+    check_memory,
     check_world_size,
     own_outputs,
 )
+from lightning_episodes.cli_imports import add_import_option, import_components
+from lightning_episodes.cli_runs import CONFIG_NAME, callback_class, check_dirpath_free, pick_run
 from lightning_episodes.commands.configs import CONFIG_HELP, ConfigFileOrName
 from lightning_episodes.console import TOOLS, TRAINER_COMMANDS, Preempted, run, suggest_options
 from lightning_episodes.data.datamodule import EpisodicDataModule
@@ -74,17 +75,8 @@ DEFAULT_CHECKPOINT: dict[str, Any] = {
 def _is_checkpoint(callback: Any) -> bool:
     """Whether a ``trainer.callbacks`` entry (a parsed ``class_path``/``init_args`` or an object) is a
     ``ModelCheckpoint``."""
-    if isinstance(callback, ModelCheckpoint):
-        return True
-    class_path = callback.get("class_path") if isinstance(callback, Namespace | dict) else None
-    if not isinstance(class_path, str) or "." not in class_path:
-        return False
-    module, _, name = class_path.rpartition(".")
-    try:
-        cls = getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError):
-        return False  # the parser has already checked it: nothing this function could add
-    return isinstance(cls, type) and issubclass(cls, ModelCheckpoint)
+    cls = callback_class(callback)
+    return cls is not None and issubclass(cls, ModelCheckpoint)
 
 
 def add_default_checkpoint(config: Namespace) -> None:
@@ -235,6 +227,7 @@ class EpisodicCLI(LightningCLI):
             default=False,
             help="After `fit`, test the best checkpoint (by the ModelCheckpoint monitor) in the same process.",
         )
+        add_import_option(parser)
 
     @override
     def instantiate_trainer(self, **kwargs: Any) -> pl.Trainer:
@@ -304,21 +297,25 @@ class EpisodicCLI(LightningCLI):
     def _resolve_ckpt_path(self, subcommand: str) -> None:
         """Turn ``--ckpt_path last|best|FILE`` into a checked file, or stop with one message naming what is wrong.
 
-        ``last`` is the ``last.ckpt`` this configuration's checkpoint callback writes (the newest run folder's
-        when it has no ``dirpath``; :func:`~lightning_episodes.callbacks.checkpointing.find_last_checkpoint`),
-        and ``fit`` continues in that run folder. ``best`` is the best checkpoint recorded in that ``last.ckpt``
-        (Lightning only knows "best" inside ``fit``), which must be in the same folder: only the run's own record
-        is followed (one run owns a checkpoint folder at a time, :mod:`lightning_episodes.run_folder`). Lightning
-        itself would start over from scratch, with exit code 0, when it finds no ``last`` checkpoint, and give a
-        raw traceback for a broken file.
+        ``last`` is the newest ``last.ckpt`` that this configuration's checkpoint callback writes (a run folder of
+        the logger's when it has no ``dirpath``; :func:`~lightning_episodes.callbacks.checkpointing.last_checkpoints`)
+        whose run was made with this command's config (:mod:`lightning_episodes.cli_runs`), and ``fit`` continues in
+        that run folder. ``best`` is the best checkpoint recorded in that ``last.ckpt`` (Lightning only knows "best"
+        inside ``fit``), which must be in the same folder: only the run's own record is followed (one run owns a
+        checkpoint folder at a time, :mod:`lightning_episodes.run_folder`). Lightning itself would start over from
+        scratch, with exit code 0, when it finds no ``last`` checkpoint, and give a raw traceback for a broken file
+        or one of another model. A ``fit`` without ``--ckpt_path`` is refused when its checkpoint ``dirpath`` holds
+        a run of another config.
         """
         config = self.config_init[subcommand]
         value = config.get("ckpt_path")
+        if value is None and subcommand == "fit":
+            self._check_dirpath_free()
         if value is None or str(value) == "hpc" or str(value).startswith("registry"):
             return
         try:
             if value in ("last", "best"):
-                last = find_last_checkpoint(self.trainer)
+                last = pick_run(last_checkpoints(self.trainer), self._run_config(subcommand))
                 path = last if value == "last" else self._best_recorded_in(last)
             else:
                 path = Path(value)
@@ -339,6 +336,21 @@ class EpisodicCLI(LightningCLI):
                     continue_logger_version(self.trainer, Path(log_dir), step)
         rank_zero_info(f"--ckpt_path {value}: {path}")
         config["ckpt_path"] = str(path)
+
+    def _run_config(self, subcommand: str) -> dict[str, Any]:
+        """This command's config as its run's ``config.yaml`` holds it (LightningCLI's ``SaveConfigCallback``)."""
+        dumped = self._parser(subcommand).dump(self.config[subcommand], skip_none=False)
+        return dict(yaml.safe_load(dumped) or {})
+
+    def _check_dirpath_free(self) -> None:
+        """Stop a fresh fit whose checkpoint ``dirpath`` holds another config's run, before anything is written."""
+        callback = checkpoint_callback(self.trainer)
+        if callback is None or callback.dirpath is None or not Path(callback.dirpath).is_dir():
+            return
+        try:
+            check_dirpath_free(Path(callback.dirpath), self._run_config("fit"))
+        except ValueError as error:
+            self.parser.error(f"trainer.callbacks: {error}")
 
     def _best_recorded_in(self, last: Path) -> Path:
         """The best checkpoint that the checkpoint callback recorded in ``last``."""
@@ -372,6 +384,15 @@ class EpisodicCLI(LightningCLI):
                 if isinstance(stop, SystemExit) and not isinstance(stop.__context__, KeyboardInterrupt):
                     raise
                 self._stop(subcommand, signal.SIGINT)
+            except RuntimeError as error:
+                mismatch = state_dict_mismatch(error)
+                if mismatch is None:
+                    raise
+                path = self.config_init[subcommand].get("ckpt_path")
+                self.parser.error(
+                    f"--ckpt_path {path}: checkpoint {path} does not fit the model of this config ({mismatch}): was "
+                    "it trained with another config? name a checkpoint of this config, or use the config of its run"
+                )
             except OSError as error:
                 if subcommand != "fit" or not _no_space(error):
                     raise
@@ -414,6 +435,7 @@ class EpisodicCLI(LightningCLI):
 
     def _before(self, subcommand: str) -> None:
         check_world_size(self.trainer, self.datamodule)
+        check_memory(self.trainer, self.model, self.datamodule, subcommand)
         self._resolve_ckpt_path(subcommand)
         if self.trainer.global_rank == 0:  # once, not in every process of a distributed run
             self._outputs.enter_context(own_outputs(self.trainer, lock=subcommand == "fit"))
@@ -525,6 +547,8 @@ def main(args: list[str] | None = None, exit_on_error: bool = True, run: bool = 
             data module and Trainer are only built (``cli.model``, ``cli.datamodule``, ``cli.trainer``).
     """
     quiet_lightning()
+    # the modules of users' components, imported before their names are parsed (--import, entry points)
+    args = import_components(sys.argv[1:] if args is None else args)
     parser_kwargs: dict[str, Any] | None = None
     if not exit_on_error:
         parser_kwargs = {"exit_on_error": False}
@@ -536,7 +560,7 @@ def main(args: list[str] | None = None, exit_on_error: bool = True, run: bool = 
         subclass_mode_model=True,
         subclass_mode_data=True,
         auto_configure_optimizers=False,
-        save_config_kwargs={"overwrite": True},
+        save_config_kwargs={"overwrite": True, "config_filename": CONFIG_NAME},
         parser_kwargs=parser_kwargs,
         args=args,
         run=run,

@@ -35,7 +35,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     # the console script's front door (help, errors in one line) runs the commands and the LightningCLI by module
     # name, imported when one runs: it imports neither, and the LightningCLI uses its tables
     ("commands", "console"),
-    ("cli", "cli_checks", "__main__"),
+    ("cli", "cli_checks", "cli_imports", "cli_runs", "__main__"),
     # the contract harnesses a user's tests import: they check a part through everything below, the command line
     # (an algorithm's --model.help) and the callbacks (the name a results record gives a target) included
     ("testing",),

@@ -14,8 +14,10 @@ import venv
 import zipfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
+from PIL import Image
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
@@ -89,7 +91,6 @@ def test_quickstart_runs_through_the_console_script(tmp_path: Path) -> None:
     config = yaml.safe_load((ROOT / "configs/quickstart.yaml").read_text())
     config["trainer"]["default_root_dir"] = str(tmp_path)
     config["trainer"]["logger"]["init_args"]["save_dir"] = str(tmp_path)
-    config["trainer"]["callbacks"][0]["init_args"]["dirpath"] = str(tmp_path / "checkpoints")
     (tmp_path / "quickstart.yaml").write_text(yaml.safe_dump(config))
     small = [
         "--trainer.max_steps=6",
@@ -103,7 +104,72 @@ def test_quickstart_runs_through_the_console_script(tmp_path: Path) -> None:
         done = subprocess.run([*argv, *small], cwd=tmp_path, capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, done.stderr[-3000:]
     assert "test/acc" in done.stdout
-    assert (tmp_path / "checkpoints" / "last.ckpt").is_file()
+    assert (tmp_path / "logs" / "version_0" / "checkpoints" / "last.ckpt").is_file()  # the fit's; the test's: version_1
+
+
+def _readme_commands() -> list[list[str]]:
+    """Every ``lightning-episodes`` command of the README's bash blocks, in order, without the program's name."""
+    lines = [
+        line.split("#")[0].strip() for block in _blocks("bash") for line in block.replace("\\\n", " ").splitlines()
+    ]
+    return [shlex.split(line)[1:] for line in lines if line.startswith("lightning-episodes ")]
+
+
+def _checkpoints(folder: Path) -> dict[Path, int]:
+    return {path: path.stat().st_mtime_ns for path in folder.rglob("*.ckpt")}
+
+
+def _images(support: Path, query: Path) -> None:
+    """A support folder of 3 classes, 2 images each, and 3 query images (28 x 28 grey, a bright square per class)."""
+    for c in range(3):
+        pixels = np.zeros((28, 28), dtype=np.uint8)
+        pixels[4 + 6 * c : 10 + 6 * c, 4:10] = 250
+        (support / f"class_{c}").mkdir(parents=True)
+        for i in range(2):
+            Image.fromarray(pixels).save(support / f"class_{c}" / f"{i}.png")
+        query.mkdir(exist_ok=True)
+        Image.fromarray(pixels).save(query / f"q{c}.png")
+
+
+@pytest.mark.slow
+def test_the_readmes_commands_run_in_sequence_each_run_in_its_own_place(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The README's commands in its order, with a few steps and episodes: each fit writes into a new version folder and
+    changes no other run's checkpoints; `--ckpt_path best|last` takes the run of the command's own config (not the
+    newest); the checkpoint that `predict` names is the first quickstart's."""
+    from lightning_episodes.cli import entry, main
+
+    monkeypatch.chdir(tmp_path)
+    small = ["--trainer.max_steps=4", "--trainer.val_check_interval=2", "--data.val_episodes=10"]
+    small += ["--data.test_episodes=10", "--data.queries=5", "--trainer.enable_progress_bar=false"]
+    small += ["--trainer.enable_model_summary=false"]
+    logs = tmp_path / "runs" / "quickstart" / "logs"
+    runs: dict[tuple[str, ...], Path] = {}  # a config (the options but --ckpt_path and --test_after_fit) -> its run
+    commands = _readme_commands()
+    assert [argv[0] for argv in commands] == ["fit", "test", "fit", "test", "fit", "fit", "fit", "fit", "predict"]
+    for argv in commands:
+        if argv[0] == "predict":
+            _images(Path(argv[argv.index("--support") + 1]), Path(argv[argv.index("--query") + 1]))
+            assert entry(argv) == 0
+            assert Path(argv[argv.index("--ckpt_path") + 1]).absolute().parents[1] == runs[("--config", "quickstart")]
+            continue
+        ckpt = argv[argv.index("--ckpt_path") + 1] if "--ckpt_path" in argv else None
+        options = [a for a in argv[1:] if a not in ("--ckpt_path", ckpt) and not a.startswith("--test_after_fit")]
+        before = _checkpoints(logs) if logs.exists() else {}
+        cli = main([*argv, *small])
+        after = _checkpoints(logs)
+        written = {path.parent.parent for path in after if before.get(path) != after[path]}
+        if argv[0] == "fit" and ckpt is None:
+            assert tuple(options) not in runs
+            (runs[tuple(options)],) = written  # a new version folder
+        assert written <= {runs[tuple(options)]}, argv  # no other run's checkpoints change
+        if ckpt is not None:
+            assert Path(cli.trainer.ckpt_path).absolute().parents[1] == runs[tuple(options)], argv
+    assert len(set(runs.values())) == len(runs) == 5
+    # the command of the issue: after a fit of another config, the quickstart's best is still the quickstart's
+    cli = main(["validate", "--config", "quickstart", "--ckpt_path", "best", *small])
+    assert Path(cli.trainer.ckpt_path).absolute().parents[1] == runs[("--config", "quickstart")] == logs / "version_0"
 
 
 @pytest.mark.slow
@@ -175,7 +241,7 @@ def test_the_pip_quickstart_from_a_built_wheel_in_an_empty_folder(tmp_path: Path
         assert done.returncode == 0, done.stderr[-3000:]
     assert "test/acc" in done.stdout
     run = work / "runs" / "quickstart"
-    assert (run / "checkpoints" / "last.ckpt").is_file()
+    assert (run / "logs" / "version_0" / "checkpoints" / "last.ckpt").is_file()
     (record,) = run.glob("logs/version_*/test_results.json")
     assert (record.parent / "test_episodes.csv").is_file()
     assert sorted(p.name for p in work.iterdir()) == ["runs"]

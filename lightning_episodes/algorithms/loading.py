@@ -105,6 +105,28 @@ def checkpoint_info(path: str | Path) -> dict[str, Any]:
     return info
 
 
+#: How torch's ``load_state_dict`` starts the message of weights that do not fit the module.
+_STATE_DICT_ERROR = "Error(s) in loading state_dict for "
+
+
+def state_dict_mismatch(error: BaseException) -> str | None:
+    """The message of a ``load_state_dict`` that refused a checkpoint's weights, on one line (``ProtoNet: unexpected
+    key(s) in state_dict: "scale"``); ``None`` for any other error.
+
+    Example::
+
+        >>> state_dict_mismatch(RuntimeError('Error(s) in loading state_dict for ProtoNet:\\n\\tUnexpected key(s) in '
+        ...                                  'state_dict: "scale". '))
+        'ProtoNet: unexpected key(s) in state_dict: "scale"'
+    """
+    text = str(error)
+    if not isinstance(error, RuntimeError) or not text.startswith(_STATE_DICT_ERROR):
+        return None
+    head, *lines = text.removeprefix(_STATE_DICT_ERROR).splitlines()
+    problems = [line.strip().rstrip(". ") for line in lines if line.strip()]
+    return f"{head.rstrip(':')}: " + "; ".join(problem[:1].lower() + problem[1:] for problem in problems)
+
+
 #: The package whose modules a checkpoint may name without the user naming them.
 LIBRARY = "lightning_episodes"
 

@@ -4,7 +4,8 @@ A run's table column names its benchmark (dataset, backbone, ways, shots); runs 
 different protocols (learning rate or its schedule, optimiser, backbone width, steps, queries, batch of episodes,
 validation, precision) are different columns. :func:`protocol_of` reads the protocol from the run's ``config.yaml``
 (or, without one, from its record), and :func:`distinguishing_settings` names, for each protocol of a benchmark, the
-settings in which it differs from the others: what a column label adds.
+settings in which it differs from the others: what a column label adds. :func:`trained_settings` is the part of a
+config that defines the model a run trains (the command line picks a ``--ckpt_path best|last`` of the same).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 
 from lightning_episodes.evaluation.record import DEFAULT_PRECISION
 
-__all__ = ["Protocol", "class_word", "distinguishing_settings", "precision", "protocol_of"]
+__all__ = ["Protocol", "class_word", "distinguishing_settings", "precision", "protocol_of", "trained_settings"]
 
 #: ``(setting, value)`` pairs, sorted: a hashable description of how a run was trained.
 Protocol = tuple[tuple[str, str], ...]
@@ -38,6 +39,8 @@ _ADDED = {
 _DATA_ROW = frozenset({"task_sampler"})
 #: model settings that change speed or memory, not the numbers (beyond rounding)
 _MODEL_IGNORED = frozenset({"channels_last", "compile_backbone", "cuda_graphs"})
+#: data settings of the evaluation alone (as is every ``eval_*`` setting of the model and the data)
+_DATA_EVALUATION = frozenset({"val_episodes", "test_episodes", "test_split"})
 #: the Trainer's settings that change what is trained or which checkpoint is tested (its precision: :func:`precision`)
 _TRAINER_KEPT = (
     "max_steps", "max_epochs", "accumulate_grad_batches", "gradient_clip_val", "gradient_clip_algorithm",
@@ -108,12 +111,39 @@ def _arguments(section: Any) -> Mapping[str, Any]:
     return arguments if isinstance(arguments, Mapping) else {}
 
 
-def _in_protocol(setting: str, value: Any) -> bool:
-    """Whether ``setting`` (``data.ways``, ``model.drop_head``) at ``value`` is part of a protocol."""
+def _in_protocol(setting: str, value: Any, rows: bool = False) -> bool:
+    """Whether ``setting`` (``data.ways``, ``model.drop_head``) at ``value`` is part of a protocol (with ``rows``: or
+    of a row, the task sampler)."""
     section, name = setting.split(".", 1)
     if setting in _ADDED and value == _ADDED[setting]:
         return False
-    return name not in (_DATA_IGNORED | _DATA_ROW if section == "data" else _MODEL_IGNORED)
+    return name not in (_DATA_IGNORED | (frozenset() if rows else _DATA_ROW) if section == "data" else _MODEL_IGNORED)
+
+
+def trained_settings(config: Mapping[str, Any], callbacks: Sequence[Mapping[str, Any]] = ()) -> dict[str, str]:
+    """What defines the model that a LightningCLI ``config`` trains, as ``{setting: text}``: the model's class and
+    the data module's, with their arguments in a protocol (:func:`protocol_of`) or a row (the task sampler), but not
+    those of the evaluation alone (``eval_*``, ``data.val_episodes``, ``data.test_episodes``, ``data.test_split``);
+    and each of the ``callbacks`` (``class_path`` entries that change training) with its arguments but its ``seed``.
+
+    Example::
+
+        >>> trained_settings({"model": {"class_path": "a.ProtoNet", "init_args": {"distance": "cosine"}}})
+        {'model': 'ProtoNet()', 'model.distance': 'cosine'}
+    """
+    settings: dict[str, str] = {}
+    for section in ("model", "data"):
+        value = config.get(section)
+        if isinstance(value, Mapping) and "class_path" in value:
+            settings[section] = str(value["class_path"]).rsplit(".", 1)[-1] + _CLASS
+        for name, argument in sorted(_arguments(value).items()):
+            evaluation = name.startswith("eval_") or (section == "data" and name in _DATA_EVALUATION)
+            if not evaluation and _in_protocol(f"{section}.{name}", argument, rows=True):
+                settings.update(_settings(f"{section}.{name}", argument))
+    for index, callback in enumerate(callbacks):
+        arguments = {name: value for name, value in _arguments(callback).items() if name != "seed"}
+        settings.update(_settings(f"trainer.callbacks.{index}", {**callback, "init_args": arguments}))
+    return settings
 
 
 def precision(config: Mapping[str, Any] | None, record: Mapping[str, Any]) -> str:

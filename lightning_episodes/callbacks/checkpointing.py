@@ -4,7 +4,7 @@ Lightning's ``ModelCheckpoint(monitor=..., save_last=True)`` rewrites ``last.ckp
 checkpoint, i.e. when the monitored metric improves: after a run whose validation peaked early, ``last.ckpt`` is
 that early state and the final weights are written nowhere. :class:`ResumableCheckpoint` keeps the best-by-monitor
 checkpoints as they are and also writes ``last.ckpt`` every ``last_every_n_steps`` steps and at the end of ``fit``.
-:func:`find_last_checkpoint` finds the ``last.ckpt`` a Trainer's configuration writes, so that
+:func:`last_checkpoints` finds the ``last.ckpt`` files a Trainer's configuration writes, so that
 ``fit --ckpt_path last`` resumes the run, in a new process, whatever folder the run was given.
 """
 
@@ -92,6 +92,7 @@ class ResumableCheckpoint(ModelCheckpoint):
         #: global step of the state in ``last.ckpt``, and how many times this run wrote it
         self._last_step: int | None = None
         self._last_writes = 0
+        self._stage: str | None = None  # of the last `setup`: the Trainer's current stage
 
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
@@ -104,8 +105,16 @@ class ResumableCheckpoint(ModelCheckpoint):
             if not (lock_only and "exists and is not empty" in str(warning.message)):
                 warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
         self._last_step = None
+        self._stage = stage
         if stage == "fit" and trainer.loggers:
             self.log_dir = trainer.log_dir  # a collective under DDP: every rank asks
+
+    @override
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        with warnings.catch_warnings():
+            if self._stage != "fit":  # `test --ckpt_path best` reads a run's checkpoint into a folder of its own
+                warnings.filterwarnings("ignore", message="The dirpath has changed from")
+            super().load_state_dict(state_dict)
 
     @override
     def state_dict(self) -> dict[str, Any]:
@@ -189,11 +198,11 @@ def _logger_root(trainer: pl.Trainer) -> Path | None:
     return Path(save_dir) / str(logger.name or "")
 
 
-def find_last_checkpoint(trainer: pl.Trainer) -> Path:
-    """The ``last.ckpt`` that the Trainer's checkpoint callback writes for this configuration.
+def last_checkpoints(trainer: pl.Trainer) -> list[Path]:
+    """Every ``last.ckpt`` that the Trainer's checkpoint callback writes for this configuration, newest first.
 
     With a ``dirpath``, the ``last.ckpt`` in it. Without one, ``ModelCheckpoint`` writes into the logger's run
-    folder (``<save_dir>/<name>/<version>/checkpoints``), a new one per run: the newest ``last.ckpt`` among them.
+    folder (``<save_dir>/<name>/<version>/checkpoints``), a new one per run: the ``last.ckpt`` of each.
 
     Raises:
         FileNotFoundError: with what was looked for and where, if there is no checkpoint callback or no
@@ -218,7 +227,16 @@ def find_last_checkpoint(trainer: pl.Trainer) -> Path:
     if not found:
         pattern = f"{where}/<version>/checkpoints/{name}" if callback.dirpath is None and root is not None else where
         raise FileNotFoundError(f"no {name} in {pattern}: has a fit with this configuration saved one?")
-    return max(found, key=lambda path: path.stat().st_mtime)
+    return sorted(found, key=lambda path: path.stat().st_mtime, reverse=True)
+
+
+def find_last_checkpoint(trainer: pl.Trainer) -> Path:
+    """The newest of :func:`last_checkpoints` (whatever config wrote it).
+
+    Raises:
+        FileNotFoundError: as :func:`last_checkpoints`.
+    """
+    return last_checkpoints(trainer)[0]
 
 
 def continue_logger_version(trainer: pl.Trainer, run_dir: Path, step: int) -> None:

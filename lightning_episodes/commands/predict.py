@@ -23,7 +23,7 @@ k images each) with a trained checkpoint of any algorithm; writes the query, the
 probability column per class as CSV.
 
 example:
-  lightning-episodes predict --ckpt_path runs/quickstart/checkpoints/last.ckpt \\
+  lightning-episodes predict --ckpt_path runs/quickstart/logs/version_0/checkpoints/last.ckpt \\
       --support my_support/ --query my_queries/ --output predictions.csv
 """
 

@@ -13,7 +13,7 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lightning_episodes.analysis.protocols import class_word, distinguishing_settings, protocol_of
+from lightning_episodes.analysis.protocols import class_word, distinguishing_settings, protocol_of, trained_settings
 from lightning_episodes.analysis.report import (
     Column,
     Row,
@@ -277,3 +277,25 @@ def test_a_column_never_holds_two_protocols_of_one_algorithm(runs: list[tuple[st
         for b in placed:
             if a.row.algorithm == b.row.algorithm:
                 assert (a.column == b.column) == (a.protocol == b.protocol)
+
+
+def test_trained_settings_are_the_protocols_model_and_data_with_the_classes_and_the_task_sampler() -> None:
+    """What a run trains (the command line's ``--ckpt_path best|last`` picks a run of the same): the classes and the
+    task sampler too, not the seeds, the evaluation's episodes nor the Trainer (its length)."""
+    mining = {"class_path": "lightning_episodes.data.HardTaskMining", "init_args": {"hard_fraction": 0.5}}
+    base = trained_settings(config(seed=0))
+    assert base["model"] == "ProtoNet()"
+    assert base["data"] == "EpisodicDataModule()"
+    assert not any(key.startswith("trainer") or "seed" in key for key in base)
+    evaluation = config(seed=3, test_episodes=20, eval_ways=10, val_episodes=50)
+    evaluation["trainer"]["max_steps"] = 9
+    assert trained_settings(evaluation) == base
+    sampled = trained_settings(config(seed=0, task_sampler=mining))
+    assert sampled["data.task_sampler"] == "HardTaskMining()"
+    assert sampled["data.task_sampler.hard_fraction"] == "0.5"
+    assert dict(protocol_of(config(seed=0, task_sampler=mining), {})) == dict(protocol_of(config(seed=0), {}))
+    weighting = {"class_path": "lightning_episodes.callbacks.DifficultyWeightingCallback", "init_args": {"seed": 1}}
+    weighting["init_args"]["target"] = "uniform"
+    with_callback = trained_settings(config(seed=0), [weighting])
+    assert with_callback == {**base, "trainer.callbacks.0": "DifficultyWeightingCallback()",
+                             "trainer.callbacks.0.target": "uniform"}  # fmt: skip

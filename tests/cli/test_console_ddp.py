@@ -39,10 +39,9 @@ def _run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 
 def _config(tmp_path: Path) -> Path:
-    """quickstart.yaml as a sampling config composes it: checkpoints in the run folder of the logger."""
+    """quickstart.yaml, smaller: checkpoints in the run folder of the logger."""
     config = yaml.safe_load((ROOT / "configs/quickstart.yaml").read_text())
     trainer = config["trainer"]
-    del trainer["callbacks"][0]["init_args"]["dirpath"]
     trainer.update(max_steps=4, val_check_interval=2, enable_progress_bar=False, enable_model_summary=False)
     config["model"]["init_args"]["backbone_options"] = {"hidden": 8}
     config["data"]["init_args"].update(val_episodes=20, test_episodes=20, episodes_per_batch=4)

@@ -77,10 +77,11 @@ def test_the_default_checkpoint_comes_first_unless_a_checkpoint_is_listed() -> N
     assert isinstance(checkpoint, ResumableCheckpoint)
     assert isinstance(weighting, DifficultyWeightingCallback)
     assert weighting.options.warmup_steps == 7  # `--trainer.callbacks.<argument>` still sets the weighting callback
-    # the quickstart's own checkpoint (with a dirpath) stays; a sampling config after it replaces it by the default
+    # the quickstart's own checkpoint (writing into the run's version folder) stays; a sampling config after it
+    # replaces it by the default
     (own,) = _callbacks(*QUICKSTART)
     assert isinstance(own, ResumableCheckpoint)
-    assert str(own.dirpath).endswith("runs/quickstart/checkpoints")
+    assert (own.dirpath, own.last_every_n_steps) == (None, 50)
     checkpoint, _ = _callbacks(*QUICKSTART, *UNIFORM)
     assert isinstance(checkpoint, ResumableCheckpoint)
     assert checkpoint.dirpath is None

@@ -249,7 +249,9 @@ def test_best_is_only_read_from_the_runs_own_folder(tmp_path: Path, capsys: pyte
     elsewhere.mkdir()
     torch.save({"state_dict": {}}, elsewhere / "best-6-0.9000.ckpt")
     record = {"best_model_path": str(elsewhere / "best-6-0.9000.ckpt")}
-    torch.save({"state_dict": {}, "callbacks": {"ResumableCheckpoint": record}}, folder / "last.ckpt")
+    made_by = {"_class_path": "lightning_episodes.algorithms.ProtoNet"}  # a run of this config's algorithm
+    checkpoint = {"state_dict": {}, "callbacks": {"ResumableCheckpoint": record}, "hyper_parameters": made_by}
+    torch.save(checkpoint, folder / "last.ckpt")
     assert entry(["test", "--config", str(_with_dirpath(tmp_path, folder)), "--ckpt_path", "best"]) == 2
     (line,) = _error_lines(capsys)
     assert line.endswith(
