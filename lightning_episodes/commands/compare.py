@@ -218,7 +218,7 @@ def compare_scenario(
         skip_unreadable: leave out the seeds where an arm's test record cannot be read, instead of refusing them.
 
     Warns:
-        UserWarning: in one line, when the row's runs were made on different processors (:func:`_same_processor`).
+        UserWarning: in one line, when a seed pair's runs were made on different processors (:func:`_same_processor`).
 
     Raises:
         FileNotFoundError: naming a missing seed or run folder, test record or checkpoint.
@@ -274,7 +274,8 @@ def compare_scenario(
         )
     first = arms["baseline"][1][0]
     algorithm = _check_protocols(scenario, arms["baseline"][1], arms["treatment"][1], differing)
-    _same_processor(scenario, [*arms["baseline"][1], *arms["treatment"][1]])
+    for pair in zip(arms["baseline"][1], arms["treatment"][1], strict=True):
+        _same_processor(scenario, pair)
     try:
         difference = paired_difference(arms["baseline"][0], arms["treatment"][0])
     except ValueError as error:  # its tables are numbered in seed order
@@ -329,15 +330,17 @@ def _check_protocols(
     return f"{first.row.algorithm}; treatment {labels[0]}, baseline {labels[1]}"
 
 
-def _same_processor(scenario: Path, results: Sequence[RunResult]) -> None:
-    """Warn, in one line, when two runs of a row were made on different processors (CPU model, its instruction-set
-    extensions, accelerator: a record's ``made_on``): the same run rounds differently on them, so part of the arms'
-    difference may be the processors'. Older records, which name less, are compared on what both name."""
-    for ours, theirs in itertools.combinations(results, 2):
+def _same_processor(scenario: Path, pair: Sequence[RunResult]) -> None:
+    """Warn, in one line, when the two runs of a seed pair were made on different processors (CPU model, its
+    instruction-set extensions, accelerator: a record's ``made_on``): the same run rounds differently on them, so part
+    of the pair's difference may be the processors'. Seeds made on different machines, each pair on one, are fine:
+    another processor is another training, which the interval over seeds covers. Older records, which name less, are
+    compared on what both name."""
+    for ours, theirs in itertools.combinations(pair, 2):
         a, b = dict(ours.made_on), dict(theirs.made_on)
         if any(a[key] != b[key] for key in a.keys() & b.keys()):
             warnings.warn(
-                f"{scenario}: its runs were made on different processors: {ours.path} on {_processor(a)}, "
+                f"{scenario}: a seed pair's runs were made on different processors: {ours.path} on {_processor(a)}, "
                 f"{theirs.path} on {_processor(b)} (a run rounds differently on each)",
                 stacklevel=3,
             )
@@ -380,7 +383,7 @@ with its 95% t interval and one-sample t-test p, k - 1 degrees of freedom), then
 then the paired per-episode difference, which covers test episodes only, then each arm's accuracy.
 --correction holm adds Holm's adjusted p over the treatments of each scenario (--family names the family);
 --forest draws the differences. Arms trained differently (in any setting, precision included) are refused
-unless --differing names the setting; runs made on different processors are warned about. A test record
+unless --differing names the setting; a seed pair made on two processors is warned about. A test record
 that cannot be read stops it, each such record named; --skip-unreadable leaves out the seeds of such
 records instead, naming each under the table.
 
@@ -466,7 +469,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     scenario's treatments; ``--forest`` draws the rows
     (:func:`~lightning_episodes.analysis.forest.plot_forest`). A test record that cannot be read stops it, every
     such record named; with ``--skip-unreadable`` the seeds where an arm's record cannot be read are left out of
-    their row, each record named under the table. Runs made on different processors are said in a warning.
+    their row, each record named under the table. A seed pair made on two processors is said in a warning.
 
     Returns:
         0, or 2 (with the reason on stderr, a usage error as every command's) when a seed folder, run, test record or

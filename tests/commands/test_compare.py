@@ -588,9 +588,25 @@ def test_compare_warns_when_the_arms_ran_on_different_processors(
         return
     baseline, uniform = (scenario / "seed0" / arm / RESULTS_FILE for arm in ("baseline_online", "uniform_online"))
     assert messages == [
-        f"{scenario}: its runs were made on different processors: {baseline} on Intel(R) Xeon(R) Gold 6430 "
+        f"{scenario}: a seed pair's runs were made on different processors: {baseline} on Intel(R) Xeon(R) Gold 6430 "
         f"[avx2 avx512f amx_tile] (cpu), {uniform} on {named} (a run rounds differently on each)"
     ]
+
+
+def test_compare_takes_seeds_made_on_different_processors_when_each_pair_shares_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Seed 0's pair on a Xeon, seed 1's on an EPYC: another processor is another training, no warning."""
+    scenario = _hand_scenario(tmp_path / "tiny", 2)
+    for seed, environment in ((0, XEON), (1, {**XEON, "cpu": "AMD EPYC 9654"})):
+        for arm in ("baseline_online", "uniform_online"):
+            path = scenario / f"seed{seed}" / arm / RESULTS_FILE
+            path.write_text(json.dumps(json.loads(path.read_text()) | {"environment": environment}))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert entry(["compare", str(scenario)]) == 0
+    assert not [w for w in caught if "processors" in str(w.message)]
+    assert [line for line in capsys.readouterr().out.splitlines() if line.startswith("| Glyphs, Conv-4, 2-way")]
 
 
 # -- over trainings first; a family correction; the forest plot ----------------------------------------------------
