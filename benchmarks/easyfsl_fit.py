@@ -6,7 +6,8 @@ Euclidean distance on conv4 with 32 channels, 5-way 5-shot with 15 queries per c
 this process, with the same number of torch threads:
 
 * ``lightning-episodes``: ``ProtoNet`` through the real ``pl.Trainer`` (no validation, checkpointing or logger),
-  and ``lightning-episodes, channels_last`` with ``channels_last=True``;
+  ``lightning-episodes, channels_last`` with ``channels_last=True``, and ``lightning-episodes, bf16-mixed +
+  channels_last`` with the Trainer's ``precision="bf16-mixed"`` as well (trained and tested in it);
 * ``easyfsl``: easyfsl 1.5.0's ``PrototypicalNetworks`` around a conv4-32 of ``nn.BatchNorm2d`` (learn2learn's
   layout and initialisation: easyfsl ships no conv4), trained as its notebooks train it — per episode,
   ``process_support_set`` then ``forward`` on the queries (so its batch norm normalises support and queries with
@@ -16,8 +17,9 @@ this process, with the same number of torch threads:
 wall clock between the ends of the measured steps (data loading included), medians over rounds and the ratio to
 easyfsl. ``--accuracy``: each contender trained at seeds 0, 1, 2 for the quickstart's 100 steps, then tested on the
 library's 1,000 fixed test episodes of unseen alphabets (the library: its own ``test``; easyfsl: ``model.eval()``,
-its running batch-norm statistics, as its evaluation does); mean accuracy over the test episodes per seed, and the
-across-seed mean with its 95% t interval.
+its running batch-norm statistics, as its evaluation does); mean accuracy over the test episodes per seed, the
+across-seed mean with its 95% t interval, and each contender's difference from the library in float32, paired by
+seed (the same training episodes and initial weights), with its t interval over the seeds.
 
 easyfsl is not a dependency of the library: this script installs it into the running environment with
 ``pip install --no-deps easyfsl==1.5.0`` on first use (its own requirements — matplotlib, pandas, tqdm — are only
@@ -94,18 +96,20 @@ class Ends(pl.Callback):
         self.ends.append(time.perf_counter())
 
 
-def _trainer(steps: int, callbacks: list[pl.Callback]) -> pl.Trainer:
+def _trainer(steps: int, callbacks: list[pl.Callback], precision: str = "32-true") -> pl.Trainer:
     return pl.Trainer(max_steps=steps, limit_val_batches=0, logger=False, enable_checkpointing=False,
                       enable_progress_bar=False, enable_model_summary=False, accelerator="cpu", devices=1,
-                      callbacks=callbacks)  # fmt: skip
+                      callbacks=callbacks, precision=precision)  # fmt: skip
 
 
-def fit_library(steps: int, seed: int, channels_last: bool = False) -> tuple[list[float], ProtoNet, EpisodicDataModule]:
+def fit_library(
+    steps: int, seed: int, channels_last: bool = False, precision: str = "32-true"
+) -> tuple[list[float], ProtoNet, EpisodicDataModule]:
     pl.seed_everything(seed, verbose=False)
     data, ends = data_module(steps, seed), Ends()
     model = ProtoNet(in_channels=1, image_size=28, backbone_options={"hidden": HIDDEN}, channels_last=channels_last,
                      optimizer=lambda params: torch.optim.Adam(params, lr=LR))  # fmt: skip
-    _trainer(steps, [ends]).fit(model, datamodule=data)
+    _trainer(steps, [ends], precision).fit(model, datamodule=data)
     return ends.ends, model, data
 
 
@@ -150,13 +154,17 @@ def test_easyfsl(model: nn.Module, data: EpisodicDataModule) -> float:
 
 
 def test_library(model: ProtoNet, data: EpisodicDataModule) -> float:
-    result = _trainer(1, []).test(model, datamodule=data, verbose=False)[0]
+    """Mean accuracy (%) of the library's ``test``, in the precision the model was trained in."""
+    precision = model.trainer.precision if model._trainer is not None else "32-true"
+    result = _trainer(1, [], precision).test(model, datamodule=data, verbose=False)[0]
     return 100 * float(result["test/acc"])
 
 
+BASELINE = "lightning-episodes"
 CONTENDERS: dict[str, Callable[[int, int], tuple[list[float], Any, EpisodicDataModule]]] = {
-    "lightning-episodes": fit_library,
+    BASELINE: fit_library,
     "lightning-episodes, channels_last": lambda steps, seed: fit_library(steps, seed, channels_last=True),
+    "lightning-episodes, bf16-mixed + channels_last": lambda steps, seed: fit_library(steps, seed, True, "bf16-mixed"),
     "easyfsl": fit_easyfsl,
 }
 
@@ -173,19 +181,24 @@ def speed(rounds: int, steps: int, skip: int) -> str:
     return f"{rounds} round(s) of {steps} steps, the first {skip} left out\n\n" + table(header, rows)
 
 
+def t_interval(values: list[float]) -> str:
+    """``mean ± half-width`` of the 95% t interval over ``values`` (one per training)."""
+    half = stats.t.ppf(0.975, len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
+    return f"{statistics.fmean(values):+.2f} ± {half:.2f}"
+
+
 def accuracy(seeds: list[int], steps: int) -> str:
-    tests = {"lightning-episodes": test_library, "easyfsl": test_easyfsl}
-    found: dict[str, list[float]] = {name: [] for name in tests}
+    found: dict[str, list[float]] = {name: [] for name in CONTENDERS}
     for seed in seeds:
-        for name, check in tests.items():
-            _, model, data = CONTENDERS[name](steps, seed)
-            found[name].append(check(model, data))
+        for name, fit in CONTENDERS.items():
+            _, model, data = fit(steps, seed)
+            found[name].append((test_easyfsl if name == "easyfsl" else test_library)(model, data))
     rows = []
     for name, values in found.items():
-        mean = statistics.fmean(values)
-        half = stats.t.ppf(0.975, len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
-        rows.append([name, ", ".join(f"{v:.2f}" for v in values), f"{mean:.2f} ± {half:.2f}"])
-    header = ["contender", "test accuracy per seed (%)", "across seeds, 95% t interval"]
+        paired = [value - base for value, base in zip(values, found[BASELINE], strict=True)]
+        rows.append([name, ", ".join(f"{v:.2f}" for v in values), t_interval(values).lstrip("+"),
+                     "–" if name == BASELINE else t_interval(paired)])  # fmt: skip
+    header = ["contender", "test accuracy per seed (%)", "across seeds, 95% t interval", f"− {BASELINE}, by seed"]
     return f"{steps} steps, seeds {seeds}, 1,000 fixed test episodes\n\n" + table(header, rows)
 
 
