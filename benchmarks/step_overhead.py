@@ -164,7 +164,7 @@ def bare_loop(dm: FixedBatches, hidden: int, device: str, skip: int, cuda_graphs
     CUDA; with ``cuda_graphs``, the episode losses replayed as the module's CUDA graph)."""
     net = model(hidden).to(device).train()
     optimizer = default_optimizer(net.parameters())
-    losses_of = GraphedLosses(net) if cuda_graphs else net.episode_losses
+    losses_of = GraphedLosses(net, net.episode_losses) if cuda_graphs else net.episode_losses
     ends = []
     for i, batch in enumerate(dm.batches):
         episode = dm.assemble(move_data_to_device(batch, device), augment=dm.augment, dtype=torch.float32)

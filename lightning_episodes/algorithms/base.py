@@ -15,7 +15,7 @@ from typing_extensions import override
 from lightning_episodes._lightning import given_hyperparameters, logger_writes, record_hyperparameter
 from lightning_episodes.algorithms.evaluate import EpisodicEvaluation
 from lightning_episodes.algorithms.functional import query_loss
-from lightning_episodes.algorithms.graphs import GraphedLosses
+from lightning_episodes.algorithms.graphs import GraphedLosses, check_cuda_graphs
 from lightning_episodes.algorithms.interface import (
     EpisodeOutput,
     EpisodeSelector,
@@ -159,7 +159,7 @@ class EpisodicModule(EpisodicEvaluation):
         self.eval_batch_norm, self.label_smoothing = eval_batch_norm, label_smoothing
         self.channels_last, self.compile_backbone, self.cuda_graphs = channels_last, compile_backbone, cuda_graphs
         self._graphed: GraphedLosses | None = None
-        self._weighting: WeightingStrategy | None = None
+        self._weighting: WeightingStrategy[EpisodicModule] | None = None
         #: dataset and episode shape of the training run this model comes from (restored from checkpoints)
         self.trained_on: dict[str, Any] | None = None
         #: per-channel ``{"mean": [...], "std": [...]}`` of the training images' normalisation (restored from
@@ -180,13 +180,13 @@ class EpisodicModule(EpisodicEvaluation):
         return feature_size(self.backbone, *self._image_shape)
 
     @property
-    def weighting(self) -> WeightingStrategy | None:
+    def weighting(self) -> WeightingStrategy[EpisodicModule] | None:
         """The :class:`WeightingStrategy` of the training loss (``None``: every weight is 1); assigning an object
         without ``episode_weights`` raises ``TypeError``."""
         return self._weighting
 
     @weighting.setter
-    def weighting(self, strategy: WeightingStrategy | None) -> None:
+    def weighting(self, strategy: WeightingStrategy[EpisodicModule] | None) -> None:
         check_weighting(self, strategy)
         self._weighting = strategy
 
@@ -228,7 +228,10 @@ class EpisodicModule(EpisodicEvaluation):
     # -- memory layout and compilation ---------------------------------------------------------------------
     @override
     def configure_model(self) -> None:
-        configure_speed(self)  # channels_last, compile_backbone, the check of cuda_graphs
+        if self.cuda_graphs and self.trainer.state.fn == "fit":
+            cls = type(self)
+            check_cuda_graphs(self.trainer, cls.__name__, cls.supports_cuda_graphs, self.compile_backbone)
+        configure_speed(self, self.channels_last, self.compile_backbone)
 
     def use_channels_last(self) -> None:
         """Run the convolutions in the ``channels_last`` layout, weights and the backbone's images
@@ -246,7 +249,7 @@ class EpisodicModule(EpisodicEvaluation):
         if select is not None:
             batch = select(self, batch)
         if self.cuda_graphs:
-            self._graphed = self._graphed or GraphedLosses(self)
+            self._graphed = self._graphed or GraphedLosses(self, self.episode_losses)
             out = self._graphed(batch)
         else:
             out = self._output(batch)
@@ -303,11 +306,15 @@ class EpisodicModule(EpisodicEvaluation):
     # -- checkpoints: what they carry besides the weights (record.py) -----------------------------------------
     @override
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        save_record(self, checkpoint)
+        fitting = self._trainer is not None and self.trainer.state.fn == "fit"
+        save_record(self, checkpoint, getattr(self.trainer, "datamodule", None) if fitting else None)
 
     @override
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         load_record(self, checkpoint)
+        saved = (checkpoint.get(self.CHECKPOINT_HYPER_PARAMS_KEY) or {}).get("backbone")
+        if isinstance(saved, dict):  # a class path: keep its record, not the object that was rebuilt from it
+            record_hyperparameter(self, "backbone", saved)
 
     # -- optimisation ---------------------------------------------------------------------------------------
     def build_optimizer(self) -> torch.optim.Optimizer:

@@ -22,11 +22,18 @@ from lightning_episodes.data.episode import Episode, EpisodeIdentity
 if TYPE_CHECKING:
     import pytorch_lightning as pl
 
-    from lightning_episodes.algorithms.base import EpisodicModule
+#: an algorithm's ``episode_losses``: a batch of episodes to their per-episode losses, accuracies and difficulties
+EpisodeLosses = Callable[[Episode], EpisodeOutput]
 
 
-def check_cuda_graphs(module: EpisodicModule, trainer: pl.Trainer) -> None:
+def check_cuda_graphs(trainer: pl.Trainer, algorithm: str, capturable: bool, compile_backbone: bool) -> None:
     """Raise ``ValueError`` (one line naming ``model.cuda_graphs``) where the training step cannot be captured.
+
+    Args:
+        trainer: the Trainer that fits the model.
+        algorithm: the algorithm's class name, for the message.
+        capturable: whether its ``episode_losses`` can be captured (``EpisodicModule.supports_cuda_graphs``).
+        compile_backbone: the model's ``compile_backbone``.
 
     Raises:
         ValueError: on a device other than CUDA, several processes (DDP), mixed precision (autocast's cache),
@@ -35,9 +42,9 @@ def check_cuda_graphs(module: EpisodicModule, trainer: pl.Trainer) -> None:
     """
     device = trainer.strategy.root_device
     reason = None
-    if not type(module).supports_cuda_graphs:
-        reason = f"is not available for {type(module).__name__}: its inner loop differentiates through its gradients"
-    elif module.compile_backbone:
+    if not capturable:
+        reason = f"is not available for {algorithm}: its inner loop differentiates through its gradients"
+    elif compile_backbone:
         reason = "and model.compile_backbone=true exclude each other (choose one)"
     elif "mixed" in str(trainer.precision):
         reason = f"needs trainer.precision 32-true, bf16-true or 16-true, got {trainer.precision} (autocast's cache)"
@@ -53,15 +60,16 @@ def check_cuda_graphs(module: EpisodicModule, trainer: pl.Trainer) -> None:
 
 
 class _Losses(nn.Module):
-    """``episode_losses`` of ``owner`` as a function of the episode tensors (what the graph captures)."""
+    """``episode_losses`` as a function of the episode tensors (what the graph captures)."""
 
-    def __init__(self, owner: EpisodicModule, identity: EpisodeIdentity) -> None:
+    def __init__(self, model: nn.Module, episode_losses: EpisodeLosses, identity: EpisodeIdentity) -> None:
         super().__init__()
-        self.owner = owner  # a submodule here (its parameters are the graph's), never the other way round
+        self.model = model  # a submodule here (its parameters are the graph's), never the other way round
+        self.episode_losses = episode_losses
         self.identity = identity
 
     def forward(self, support: Tensor, support_labels: Tensor, query: Tensor, query_labels: Tensor) -> Any:
-        out = self.owner.episode_losses(Episode(support, support_labels, query, query_labels, self.identity))
+        out = self.episode_losses(Episode(support, support_labels, query, query_labels, self.identity))
         # the difficulty as its own tensor: a graph's outputs must not alias each other
         return out.losses, out.accuracies, out.difficulty.clone()
 
@@ -73,10 +81,14 @@ class GraphedLosses:
     forward and backward passes, whose batch-norm statistics and random numbers are undone, so the run's numbers do
     not depend on the capture. A replay reads each batch's images and labels; the episodes' identities reach the
     algorithm only through their shape (ways, shots, queries).
+
+    Args:
+        model: the module whose parameters and buffers ``episode_losses`` uses (the algorithm's).
+        episode_losses: the algorithm's per-episode losses of a batch (its ``episode_losses``).
     """
 
-    def __init__(self, module: EpisodicModule) -> None:
-        self.module = module
+    def __init__(self, model: nn.Module, episode_losses: EpisodeLosses) -> None:
+        self.model, self.episode_losses = model, episode_losses
         self.graphs: dict[tuple[Any, ...], Callable[..., Any]] = {}
 
     def __call__(self, batch: Episode) -> EpisodeOutput:
@@ -90,15 +102,14 @@ class GraphedLosses:
         return EpisodeOutput(losses, accuracies.clone(), difficulty.clone())
 
     def _capture(self, batch: Episode, tensors: tuple[Tensor, ...]) -> Callable[..., Any]:
-        module = self.module
+        model = self.model
         device = batch.support.device
-        buffers = [b.detach().clone() for b in module.buffers()]
+        buffers = [b.detach().clone() for b in model.buffers()]
         rng = torch.cuda.get_rng_state(device)
-        graphed = torch.cuda.make_graphed_callables(
-            _Losses(module, batch.identity), tuple(t.clone() for t in tensors), allow_unused_input=True
-        )
+        losses = _Losses(model, self.episode_losses, batch.identity)
+        graphed = torch.cuda.make_graphed_callables(losses, tuple(t.clone() for t in tensors), allow_unused_input=True)
         with torch.no_grad():
-            for buffer, saved in zip(module.buffers(), buffers, strict=True):
+            for buffer, saved in zip(model.buffers(), buffers, strict=True):
                 buffer.copy_(saved)
         torch.cuda.set_rng_state(rng, device)
         return graphed

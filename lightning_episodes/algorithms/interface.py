@@ -4,15 +4,17 @@ the per-episode output, the weighting seam, and the argument checks that name ``
 from __future__ import annotations
 
 from collections.abc import Collection
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import Protocol, TypeVar, runtime_checkable
 
+import pytorch_lightning as pl
 from torch import Tensor
 
 from lightning_episodes.data.episode import Episode
 from lightning_episodes.weighting import EpisodeWeights
 
-if TYPE_CHECKING:
-    from lightning_episodes.algorithms.base import EpisodicModule
+#: the module a strategy is given, the one being trained: ``EpisodicModule`` declares its ``weighting`` a
+#: ``WeightingStrategy[EpisodicModule]`` (this file cannot name it: ``base.py`` imports this file, never the reverse)
+ModuleT = TypeVar("ModuleT", bound=pl.LightningModule, contravariant=True)
 
 
 class EpisodeOutput:
@@ -51,12 +53,12 @@ class EpisodeOutput:
 
 
 @runtime_checkable
-class WeightingStrategy(Protocol):
+class WeightingStrategy(Protocol[ModuleT]):
     """The seam through which importance weights reach the loss: assign one to
     :attr:`EpisodicModule.weighting` (``DifficultyWeightingCallback`` installs itself there); without one, every
-    weight is 1 and the loss is the plain mean."""
+    weight is 1 and the loss is the plain mean. Its methods are given the module being trained."""
 
-    def episode_weights(self, module: EpisodicModule, batch: Episode, difficulties: Tensor) -> EpisodeWeights:
+    def episode_weights(self, module: ModuleT, batch: Episode, difficulties: Tensor) -> EpisodeWeights:
         """This rank's ``[B]`` detached, finite, non-negative weights of the step and what the loss divides by
         (:class:`~lightning_episodes.weighting.EpisodeWeights`: ``"ess"``, ``"sum_weights"`` or a global
         ``"denominator"``), passed on to :func:`~lightning_episodes.weighting.weighted_loss`."""
@@ -64,12 +66,12 @@ class WeightingStrategy(Protocol):
 
 
 @runtime_checkable
-class EpisodeSelector(Protocol):
+class EpisodeSelector(Protocol[ModuleT]):
     """A weighting strategy that also chooses the step's episodes (``DifficultyWeightingCallback(mode="resample")``):
     :meth:`EpisodicModule.training_step` trains on what :meth:`select_episodes` returns instead of the loader's batch.
     """
 
-    def select_episodes(self, module: EpisodicModule, batch: Episode) -> Episode:
+    def select_episodes(self, module: ModuleT, batch: Episode) -> Episode:
         """This rank's episodes of the step, given the loader's ``batch`` (return it to train on it)."""
         ...
 

@@ -6,39 +6,50 @@ prediction applies, and whether the pre-trained backbone weights were loaded."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from lightning_episodes._lightning import record_hyperparameter
-
-if TYPE_CHECKING:
-    from lightning_episodes.algorithms.base import EpisodicModule
-
-__all__ = ["load_record", "save_record"]
+__all__ = ["RecordedModel", "load_record", "save_record"]
 
 
-def save_record(module: EpisodicModule, checkpoint: dict[str, Any]) -> None:
-    """Write ``module``'s record into ``checkpoint`` (its ``on_save_checkpoint``)."""
-    cls = type(module)
-    info: dict[str, Any] = {"class_path": f"{cls.__module__}.{cls.__qualname__}", **(module.trained_on or {})}
-    datamodule = getattr(module.trainer, "datamodule", None) if module._trainer is not None else None
-    if datamodule is not None and module.trainer.state.fn == "fit":
+class RecordedModel(Protocol):
+    """What the record reads and restores of a model (``EpisodicModule``'s attributes of these names)."""
+
+    #: dataset and episode shape of the training run the model comes from
+    trained_on: dict[str, Any] | None
+    #: per-channel ``{"mean": [...], "std": [...]}`` of the training images' normalisation
+    input_normalization: dict[str, list[float]] | None
+    #: the file of pre-trained backbone weights, if any
+    backbone_weights: str | None
+    #: whether they were loaded (a later fit must not load them again)
+    backbone_weights_loaded: bool
+
+
+def save_record(model: RecordedModel, checkpoint: dict[str, Any], fitting_datamodule: object | None) -> None:
+    """Write ``model``'s record into ``checkpoint`` (its ``on_save_checkpoint``).
+
+    Args:
+        model: the model saved; its class path is recorded.
+        checkpoint: the checkpoint's dictionary, written in place.
+        fitting_datamodule: the data module of the fit in progress (``None`` outside ``fit``): its ``dataset_name``,
+            ``ways``, ``shots`` and ``queries`` are recorded over ``trained_on``'s.
+    """
+    cls = type(model)
+    info: dict[str, Any] = {"class_path": f"{cls.__module__}.{cls.__qualname__}", **(model.trained_on or {})}
+    if fitting_datamodule is not None:
         for key in ("dataset", "ways", "shots", "queries"):
-            value = getattr(datamodule, key if key != "dataset" else "dataset_name", None)
+            value = getattr(fitting_datamodule, key if key != "dataset" else "dataset_name", None)
             if isinstance(value, int | str):
                 info[key] = value
     checkpoint["lightning_episodes"] = info
-    if module.input_normalization is not None:
-        checkpoint["input_normalization"] = module.input_normalization
-    if module.backbone_weights is not None:  # a later fit must not load the pre-trained weights again
-        checkpoint["backbone_weights_loaded"] = module.backbone_weights_loaded
+    if model.input_normalization is not None:
+        checkpoint["input_normalization"] = model.input_normalization
+    if model.backbone_weights is not None:  # a later fit must not load the pre-trained weights again
+        checkpoint["backbone_weights_loaded"] = model.backbone_weights_loaded
 
 
-def load_record(module: EpisodicModule, checkpoint: dict[str, Any]) -> None:
-    """Restore ``module``'s record from ``checkpoint`` (its ``on_load_checkpoint``)."""
+def load_record(model: RecordedModel, checkpoint: dict[str, Any]) -> None:
+    """Restore ``model``'s record from ``checkpoint`` (its ``on_load_checkpoint``)."""
     info = checkpoint.get("lightning_episodes") or {}
-    module.trained_on = {k: v for k, v in info.items() if k != "class_path"} or None
-    module.input_normalization = checkpoint.get("input_normalization")
-    module.backbone_weights_loaded = bool(checkpoint.get("backbone_weights_loaded", False))
-    saved = (checkpoint.get(module.CHECKPOINT_HYPER_PARAMS_KEY) or {}).get("backbone")
-    if isinstance(saved, dict):  # a class path: keep its record, not the object that was rebuilt from it
-        record_hyperparameter(module, "backbone", saved)
+    model.trained_on = {k: v for k, v in info.items() if k != "class_path"} or None
+    model.input_normalization = checkpoint.get("input_normalization")
+    model.backbone_weights_loaded = bool(checkpoint.get("backbone_weights_loaded", False))

@@ -1,39 +1,35 @@
 """The speed settings of :class:`~lightning_episodes.algorithms.base.EpisodicModule`, applied when a Trainer sets the
-model up (its ``configure_model`` hook): ``channels_last`` (the convolutions' memory layout), ``compile_backbone``
-(``torch.compile``) and the check of ``cuda_graphs`` (whose replay is :mod:`~lightning_episodes.algorithms.graphs`).
+model up (its ``configure_model`` hook): ``channels_last`` (the convolutions' memory layout) and ``compile_backbone``
+(``torch.compile``); ``cuda_graphs`` is checked there too, and replayed by :mod:`~lightning_episodes.algorithms.graphs`.
 
 Each gives the same numbers up to float rounding; what they gain, and on which machine, is in docs/benchmarks.md.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 from torch import nn
 
-from lightning_episodes.algorithms.graphs import check_cuda_graphs
 from lightning_episodes.models import EpisodicBackbone
-
-if TYPE_CHECKING:
-    from lightning_episodes.algorithms.base import EpisodicModule
 
 __all__ = ["configure_speed", "use_channels_last"]
 
 
-def configure_speed(module: EpisodicModule) -> None:
-    """Apply ``module``'s speed settings; what its ``configure_model`` does, which the Trainer calls before it wraps
-    the model (DDP) and builds the optimiser, in every stage.
+def configure_speed(module: nn.Module, channels_last: bool, compile_backbone: bool) -> None:
+    """Apply the speed settings to ``module``; what ``EpisodicModule.configure_model`` does, which the Trainer calls
+    before it wraps the model (DDP) and builds the optimiser, in every stage.
+
+    Args:
+        module: the model.
+        channels_last: convert it with :func:`use_channels_last`.
+        compile_backbone: compile its ``backbone`` submodule in place with ``torch.compile`` (once).
 
     Raises:
-        ValueError: (one line naming the option) on ``cuda_graphs`` where the training step cannot be captured, or
-            ``compile_backbone`` on a module without a ``backbone``.
+        ValueError: (one line naming the option) on ``compile_backbone`` for a module without a ``backbone``.
     """
-    if module.cuda_graphs and module.trainer.state.fn == "fit":
-        check_cuda_graphs(module, module.trainer)
-    if module.channels_last:
+    if channels_last:
         use_channels_last(module)
-    if module.compile_backbone:
+    if compile_backbone:
         backbone = getattr(module, "backbone", None)
         if not isinstance(backbone, nn.Module):
             raise ValueError(f"model.compile_backbone=true needs a `backbone` module; {type(module).__name__} has none")

@@ -4,7 +4,8 @@ Each training step draws ``k |B|`` candidate episodes of the step from the data 
 (:meth:`~lightning_episodes.data.EpisodicDataModule.training_episodes`: the training stream's own pure function of
 seed, step and index; candidates ``0..|B|-1`` are the plain stream's batch), scores this rank's
 share in one forward pass without gradients (:func:`score_candidates`, which changes no state of the model),
-gathers the scores in pool order, and assembles this rank's share of the chosen episodes from their identities.
+gathers the scores in pool order (:meth:`Resampler.score`: a :class:`ScoredPool`), and, once the online proposal has
+absorbed them, assembles this rank's share of the chosen episodes from their identities (:meth:`Resampler.choose`).
 :class:`ResampleStep` records it; :class:`SelectionFit` keeps the goodness of fit of the chosen difficulties.
 """
 
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, NamedTuple
 
@@ -36,6 +37,7 @@ from lightning_episodes.weighting import (
 __all__ = [
     "ResampleStep",
     "Resampler",
+    "ScoredPool",
     "SelectionFit",
     "assemble_episodes",
     "candidate_positions",
@@ -45,6 +47,26 @@ __all__ = [
     "score_candidates",
     "scoring_mode",
 ]
+
+
+class ScoredPool(NamedTuple):
+    """A step's pool of candidates, scored: what :meth:`Resampler.choose` draws from.
+
+    Attributes:
+        step: ``trainer.global_step``.
+        batch: ``|B|``, the episodes of the global batch (the data module's ``episodes_per_batch``).
+        difficulties: float64 ``[k |B|]`` on the CPU: the candidates' difficulties, in pool order.
+        assemble_seconds: wall time of assembling this rank's candidates.
+        score_seconds: wall time of this rank's scoring forward and of gathering the scores onto the CPU.
+        scored_at: ``time.perf_counter()`` when the scores were gathered.
+    """
+
+    step: int
+    batch: int
+    difficulties: Tensor
+    assemble_seconds: float
+    score_seconds: float
+    scored_at: float
 
 
 class ResampleStep(NamedTuple):
@@ -157,24 +179,12 @@ class Resampler:
         self.pool, self.replacement, self.placebo = pool, replacement, placebo
         self.seed, self.out_of_support = seed, out_of_support
 
-    def choose(
-        self,
-        module: EpisodicModule,
-        scorer: EpisodicModule,
-        proposal: Proposal,
-        target: Target,
-        progress: float | None,
-        learn: Callable[[Tensor], None] | None,
-    ) -> tuple[Episode, ResampleStep]:
-        """This rank's share of the step's chosen episodes, and the step's record (identical on every rank).
+    def score(self, module: EpisodicModule, scorer: EpisodicModule) -> ScoredPool:
+        """The step's ``k |B|`` candidates scored by ``scorer``, gathered from every rank in pool order.
 
         Args:
             module: the module being trained (its Trainer, device and dtype).
             scorer: the model whose difficulties the weights use (``module`` online, the reference offline).
-            proposal: ``q``; while it is not ready (the warm-up) the choice is the plain one.
-            target: ``p`` (``baseline``: always the plain choice, the plain stream's batch).
-            progress: ``t / T`` for the target.
-            learn: online, absorbs the pool's difficulties into ``q`` (they are plain samples) before the weights.
         """
         trainer = module.trainer
         datamodule = check_datamodule(trainer)
@@ -186,15 +196,36 @@ class Resampler:
         scores = score_candidates(scorer, candidates)
         pool = pool_order(trainer.strategy.all_gather(scores), self.pool, world).to("cpu", torch.float64)
         scored = time.perf_counter()
-        plain = not proposal.ready or target.plain_sampling
-        if learn is not None:
-            learn(pool)
-        weights = None if plain else proposal.weights(pool, target, self.out_of_support, progress)
+        return ScoredPool(step, size, pool, scoring - started, scored - scoring, scored)
+
+    def choose(
+        self,
+        module: EpisodicModule,
+        scored: ScoredPool,
+        proposal: Proposal | None,
+        target: Target,
+        progress: float | None,
+    ) -> tuple[Episode, ResampleStep]:
+        """This rank's share of the step's chosen episodes, and the step's record (identical on every rank).
+
+        Args:
+            module: the module being trained (its Trainer, device and dtype).
+            scored: the step's pool (:meth:`score`); online, ``proposal`` has absorbed its difficulties (they are
+                plain samples) before this call.
+            proposal: ``q``; ``None`` for the plain choice, the plain stream's batch (while ``q`` was not ready before
+                the step, i.e. the warm-up, and for the ``baseline`` target).
+            target: ``p``.
+            progress: ``t / T`` for the target.
+        """
+        trainer = module.trainer
+        step, size, pool = scored.step, scored.batch, scored.difficulties
+        world, rank = trainer.world_size, trainer.global_rank
+        weights = None if proposal is None else proposal.weights(pool, target, self.out_of_support, progress)
         selected, fallback = select_candidates(weights, size, self.seed, step, self.replacement, self.placebo)
         share = selected[rank * size // world : (rank + 1) * size // world].tolist()
-        chosen = assemble_episodes(datamodule, step, share, module)
-        drawn = time.perf_counter() - scored + scoring - started
-        return chosen, ResampleStep(step, pool, weights, selected, fallback, scored - scoring, drawn)
+        chosen = assemble_episodes(check_datamodule(trainer), step, share, module)
+        drawn = time.perf_counter() - scored.scored_at + scored.assemble_seconds
+        return chosen, ResampleStep(step, pool, weights, selected, fallback, scored.score_seconds, drawn)
 
 
 class SelectionFit:

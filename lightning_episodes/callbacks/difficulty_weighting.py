@@ -12,7 +12,6 @@ checks in ``_weighting_options``; the step's record, its weights, host read and 
 
 from __future__ import annotations
 
-from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
@@ -303,10 +302,12 @@ class DifficultyWeightingCallback(Callback):
         if self.options.mode != "resample":
             return batch
         online = self.options.estimate == "online"
-        scorer = module if online else self._reference()
         q, progress = self.state.proposal, self._progress(module.trainer)
-        learn = partial(self._learn, progress=progress) if online else None
-        chosen, record = self.resampler.choose(module, scorer, q, self.target, progress, learn)
+        plain = not q.ready or self.target.plain_sampling  # q before the step: the warm-up's last step is plain too
+        scored = self.resampler.score(module, module if online else self._reference())
+        if online:  # q absorbs the pool (plain samples) before the weights; the pool's fit is checked for |B|
+            self._learn(scored.difficulties, progress, batch=scored.batch)
+        chosen, record = self.resampler.choose(module, scored, None if plain else q, self.target, progress)
         self.last_selection = record
         assert self.state.selection_fit is not None  # mode="resample" keeps one
         self.state.selection_fit.observe(record, q, self.target, progress)
@@ -319,18 +320,19 @@ class DifficultyWeightingCallback(Callback):
         )
         return chosen
 
-    def _learn(self, difficulties: Tensor, progress: float | None = None) -> None:
+    def _learn(self, difficulties: Tensor, progress: float | None = None, batch: int | None = None) -> None:
         # online: q absorbs the step's difficulties; the fit is checked every warmup_steps (not for plain sampling),
-        # and resampling's pool once, at the end of the warm-up (difficulties: the pool, k |B| of them)
+        # and resampling's pool (given the global batch's size, |B|) once, at the end of the warm-up
         checked = None if self.target.plain_sampling else self.options.proposal_name
         self.state.learn(difficulties, self.options.warmup_steps, checked)
-        if checked is not None and self.state.proposal.steps == self.options.warmup_steps:
-            self._check_pool(difficulties.numel() // self.options.pool, progress)
+        if checked is not None and batch is not None and self.state.proposal.steps == self.options.warmup_steps:
+            self._check_pool(batch, progress)
 
     def _check_pool(self, batch: int, progress: float | None) -> None:
+        # the pool is the resampler's, which draws k |B| candidates a step
         if (options := self.options).mode == "resample":
-            name = options.proposal_name
-            self.state.check_pool(options.pool, batch, self.target, progress, options.out_of_support, name)
+            name, pool = options.proposal_name, self.resampler.pool
+            self.state.check_pool(pool, batch, self.target, progress, options.out_of_support, name)
 
     def _progress(self, trainer: pl.Trainer) -> float | None:
         # every target may use the progress t / T (setup checked max_steps for a target that needs it)

@@ -52,9 +52,12 @@ def _trainer(device: str = "cuda", world_size: int = 1, precision: str = "32-tru
 def test_where_the_step_cannot_be_captured_it_is_refused_naming_the_option(
     module: Any, trainer: Any, message: str
 ) -> None:
+    def check(model: Any, trainer: Any) -> None:  # as EpisodicModule.configure_model calls it
+        check_cuda_graphs(trainer, type(model).__name__, type(model).supports_cuda_graphs, model.compile_backbone)
+
     with pytest.raises(ValueError, match=f"^model.cuda_graphs=true {message}"):
-        check_cuda_graphs(module(), trainer)
-    check_cuda_graphs(ProtoNet(image_size=16, cuda_graphs=True), _trainer())  # accepted on one CUDA device
+        check(module(), trainer)
+    check(ProtoNet(image_size=16, cuda_graphs=True), _trainer())  # accepted on one CUDA device
 
 
 def test_fitting_on_the_cpu_is_refused_and_evaluating_is_not() -> None:
