@@ -7,8 +7,10 @@ from __future__ import annotations
 import ast
 import html
 import importlib.util
+import math
 import os
 import re
+import statistics
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -17,6 +19,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 import pytest
+from scipy import stats
 
 from tests.test_links import links
 
@@ -425,3 +428,46 @@ def test_python_examples_run(page: str, code: str, tmp_path: Path) -> None:
         [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900
     )
     assert done.returncode == 0, f"{page}:\n{done.stderr[-3000:]}"
+
+
+def test_a_study_table_is_generated_from_the_records(tmp_path: Path) -> None:
+    """docs/hooks/study_tables.py: a page's ``<!-- table study-answers -->`` becomes a row per arm that has records,
+    with the mean of its seed pairs' differences and their t interval (two seeds: t(0.975, 1) × sd / √2, by scipy
+    here); a row of one seed says that its interval covers test episodes only; arms without records are left out."""
+    tables = _hook("study_tables")
+    cell = tmp_path / "studies" / tables.SCARCE5
+    # two seeds of 4 episodes: uniform − baseline is +0.25 at seed 0 and +0.50 at seed 1
+    for seed, (base, uniform) in enumerate([([1, 0, 0, 0], [1, 1, 0, 0]), ([0, 0, 0, 0], [1, 1, 0, 0])]):
+        for arm, scores in (("baseline_online", base), ("uniform_online", uniform)):
+            _record(cell / f"seed{seed}" / arm, [float(score) for score in scores], arm)
+    _record(cell / "seed0" / "uniform_offline", [1.0, 1.0, 1.0, 0.0], "uniform_offline")
+    page = tables.on_page_markdown("Before\n\n<!-- table study-answers -->\n\nAfter", _page(), _config(tmp_path), None)
+    rows = [line for line in page.splitlines() if line.startswith("| uniform")]
+    half = stats.t.ppf(0.975, 1) * statistics.stdev([25.0, 50.0]) / math.sqrt(2)  # 158.83
+    assert rows[0].startswith(
+        f"| uniform over difficulty, online (the paper) | {tables.COSINE} | 2 | +37.50 ± {half:.2f} |"
+    )
+    assert rows[0].endswith("| trainings (95% t interval over the seed pairs) |")
+    assert rows[1].startswith(f"| uniform, offline estimate | {tables.COSINE} | 1 | +50.00 ± ")
+    assert rows[1].endswith("| one training's test episodes only |")
+    assert len(rows) == 2
+    assert page.startswith("Before\n\n| arm |")
+    assert page.endswith("\n\nAfter")
+    with pytest.raises(ValueError, match="asks for table 'nope'"):
+        tables.on_page_markdown("<!-- table nope -->", _page(), _config(tmp_path), None)
+
+
+def _record(run: Path, accuracies: list[float], arm: str) -> None:
+    """A test record and its per-episode scores, by hand (2-way 1-shot episodes), as tests/commands/test_compare.py
+    writes them."""
+    from tests.commands.test_compare import _hand_run
+
+    _hand_run(run, accuracies, {"baseline_online": "baseline"}.get(arm, "uniform"))
+
+
+def _page() -> Any:
+    return type("Page", (), {"file": type("File", (), {"src_uri": "guides/choosing-episodes.md"})()})()
+
+
+def _config(root: Path) -> Any:
+    return type("Config", (), {"config_file_path": str(root / "mkdocs.yml")})()

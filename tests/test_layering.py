@@ -2,7 +2,9 @@
 a higher one (``docs/concepts/architecture.md``).
 
 Every ``import`` and ``from ... import`` counts, at module level or inside a function (a lazy import is still a
-dependency), except those under ``if TYPE_CHECKING:``, which never run. An import names the module file it loads:
+dependency). Those under ``if TYPE_CHECKING:``, which never run, count for circles but not for layers: a type-only
+import back is still a circle of files a reader has to hold at once (the package's ``__init__`` names its lazy exports
+for type checkers from every layer, and nothing imports it back). An import names the module file it loads:
 ``from lightning_episodes.callbacks import reference`` is ``lightning_episodes.callbacks.reference``,
 ``from lightning_episodes.callbacks import NonFiniteGuard`` is the package ``lightning_episodes.callbacks``.
 """
@@ -24,7 +26,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     # the package's own __init__ (its version; its exports are imported lazily, by name, through _lazy), the files and
     # locks of a run's output folders, and what the package reads of Lightning's private state: none imports anything
     # of the package beyond this layer
-    ("", "run_folder", "_lightning", "_lazy"),
+    ("", "run_folder", "_lightning", "_lazy", "_arguments"),
     ("data",),
     ("models",),
     ("weighting",),
@@ -55,22 +57,26 @@ def _is_type_checking(test: ast.expr) -> bool:
     )
 
 
-def _import_nodes(tree: ast.AST) -> Iterable[ast.Import | ast.ImportFrom]:
-    """Every import node of ``tree`` outside ``if TYPE_CHECKING:`` blocks (their ``else`` branches count)."""
+def _import_nodes(tree: ast.AST, type_checking: bool = False) -> Iterable[ast.Import | ast.ImportFrom]:
+    """Every import node of ``tree``; those of ``if TYPE_CHECKING:`` blocks only with ``type_checking`` (their
+    ``else`` branches always)."""
     for node in ast.iter_child_nodes(tree):
         if isinstance(node, ast.Import | ast.ImportFrom):
             yield node
-        elif isinstance(node, ast.If) and _is_type_checking(node.test):
+        elif isinstance(node, ast.If) and _is_type_checking(node.test) and not type_checking:
             for child in node.orelse:
                 yield from _import_nodes(ast.Module(body=[child], type_ignores=[]))
         else:
-            yield from _import_nodes(node)
+            yield from _import_nodes(node, type_checking)
 
 
-def module_imports(source: str, module: str, is_package: bool, modules: set[str]) -> set[str]:
-    """The modules of ``modules`` that ``source`` (the file of ``module``) imports at run time."""
+def module_imports(
+    source: str, module: str, is_package: bool, modules: set[str], type_checking: bool = False
+) -> set[str]:
+    """The modules of ``modules`` that ``source`` (the file of ``module``) imports at run time, and with
+    ``type_checking`` for a type checker too (under ``if TYPE_CHECKING:``)."""
     found: set[str] = set()
-    for node in _import_nodes(ast.parse(source)):
+    for node in _import_nodes(ast.parse(source), type_checking):
         if isinstance(node, ast.Import):
             targets = [alias.name for alias in node.names]
         else:
@@ -89,12 +95,13 @@ def module_imports(source: str, module: str, is_package: bool, modules: set[str]
     return found
 
 
-def import_graph(root: Path = ROOT / PACKAGE) -> dict[str, set[str]]:
-    """Module name -> the package's modules it imports, for every ``.py`` file under ``root``."""
+def import_graph(root: Path = ROOT / PACKAGE, type_checking: bool = False) -> dict[str, set[str]]:
+    """Module name -> the package's modules it imports (with ``type_checking``: under ``if TYPE_CHECKING:`` too),
+    for every ``.py`` file under ``root``."""
     paths = {_module_name(path, root): path for path in sorted(root.rglob("*.py"))}
     modules = set(paths)
     return {
-        name: module_imports(path.read_text(encoding="utf-8"), name, path.name == "__init__.py", modules)
+        name: module_imports(path.read_text(encoding="utf-8"), name, path.name == "__init__.py", modules, type_checking)
         for name, path in paths.items()
     }
 
@@ -164,6 +171,12 @@ def test_the_package_has_no_circle_of_files(graph: dict[str, set[str]]) -> None:
     assert find_cycles(graph) == []
 
 
+def test_the_package_has_no_circle_of_files_through_type_only_imports() -> None:
+    # e.g. a helper of EpisodicModule typing its argument as the module, under `if TYPE_CHECKING:`, while base.py
+    # imports the helper: the helper should take what it uses (a Protocol, the parts, plain values)
+    assert find_cycles(import_graph(type_checking=True)) == []
+
+
 def test_no_module_imports_a_higher_layer(graph: dict[str, set[str]]) -> None:
     assert upward_imports(graph) == []
 
@@ -182,6 +195,10 @@ def test_the_graph_sees_lazy_relative_and_submodule_imports() -> None:
         "def f():\n    import pkg.sub.c.attribute\n"  # lazy, and a dotted name past the file
     )
     assert module_imports(source, "pkg.a", False, modules) == {"pkg.b", "pkg.sub.c"}
+    # for a type checker the TYPE_CHECKING block's imports count too; its else branch counts either way
+    guarded = "import typing\nif typing.TYPE_CHECKING:\n    import pkg.b\nelse:\n    import pkg.sub\n"
+    assert module_imports(guarded, "pkg.a", False, modules) == {"pkg.sub"}
+    assert module_imports(guarded, "pkg.a", False, modules, type_checking=True) == {"pkg.b", "pkg.sub"}
     assert module_imports("from .c import x\nfrom .. import a\n", "pkg.sub", True, modules) == {"pkg.sub.c", "pkg.a"}
     assert module_imports("from pkg.sub import name\n", "pkg.a", False, modules) == {"pkg.sub"}
 
@@ -214,3 +231,23 @@ def test_the_real_source_fails_the_checks_when_a_circle_is_added(tmp_path: Path)
     graph = import_graph(package)
     assert any("lightning_episodes.algorithms.base" in cycle for cycle in find_cycles(graph))
     assert "lightning_episodes.algorithms.base -> lightning_episodes.callbacks.reference" in upward_imports(graph)
+
+
+def test_the_real_source_fails_the_check_when_a_type_only_circle_is_added(tmp_path: Path) -> None:
+    # the package as it is, plus the type-only import back that made base.py's helpers one circle of files
+    package = tmp_path / PACKAGE
+    for path in (ROOT / PACKAGE).rglob("*.py"):
+        copy = package / path.relative_to(ROOT / PACKAGE)
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        copy.write_text(path.read_text(encoding="utf-8"), encoding="utf-8")
+    interface = package / "algorithms" / "interface.py"
+    interface.write_text(
+        interface.read_text(encoding="utf-8")
+        + "\n\nfrom typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n"
+        + "    from lightning_episodes.algorithms.base import EpisodicModule\n",
+        encoding="utf-8",
+    )
+    assert find_cycles(import_graph(package)) == []  # nothing runs it
+    cycles = find_cycles(import_graph(package, type_checking=True))
+    circle = {"lightning_episodes.algorithms.base", "lightning_episodes.algorithms.interface"}
+    assert any(circle <= set(cycle) for cycle in cycles)

@@ -66,16 +66,20 @@ class Pretrain(EpisodicModule):
     @override
     def setup(self, stage: str) -> None:
         super().setup(stage)
-        data = getattr(getattr(self.trainer, "datamodule", None), "data", None)
+        datamodule = getattr(self.trainer, "datamodule", None)
+        data = getattr(datamodule, "data", None)
         if stage != "fit" or data is None:
             return
-        classes = torch.as_tensor(data.splits["train"], dtype=torch.long)
+        # the classes the training episodes draw from: the split's, or those `data.train_classes` keeps
+        sampler = getattr(datamodule, "samplers", {}).get("train")
+        classes = torch.as_tensor(data.splits["train"] if sampler is None else sampler.classes, dtype=torch.long)
         if self.classifier is None:
             self.classifier = nn.Linear(self.feature_dim, len(classes))
             self.hparams["num_classes"] = len(classes)  # saved with the checkpoint
         elif self.classifier.out_features != len(classes):
             raise ValueError(
-                f"model.num_classes={self.classifier.out_features} but the training split has {len(classes)} classes"
+                f"model.num_classes={self.classifier.out_features} but the training episodes draw from {len(classes)} "
+                "classes"
             )
         rows = torch.full((int(classes.max()) + 1,), -1, dtype=torch.long)
         rows[classes] = torch.arange(len(classes))

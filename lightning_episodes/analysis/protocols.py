@@ -29,11 +29,15 @@ _DATA_IGNORED = frozenset(
 #: so a run recorded before the setting existed and one at its default are one protocol
 _ADDED = {
     "data.train_images_per_class": None,
+    "data.train_classes": None,
     "data.task_interpolation": None,
     "model.backbone_weights": None,
     "model.drop_head": None,
     "model.label_smoothing": 0.0,
 }
+#: settings whose value a parser may give in another type: one text for one value (``data.train_classes`` is a count
+#: whether a command line gives it as ``12`` or ``12.0``, as the data module reads it; a fraction stays a float)
+_ONE_TEXT = {"data.train_classes": lambda v: int(v) if isinstance(v, float) and v > 1 and v.is_integer() else v}
 #: data settings that make a row, not a column: the task sampler chooses the training episodes, as the weighting does
 #: (a report names it in the row: ``baseline + HardTaskMining (...)``)
 _DATA_ROW = frozenset({"task_sampler"})
@@ -85,7 +89,7 @@ def _settings(key: str, value: Any) -> Iterator[tuple[str, str]]:
         for name, argument in sorted(arguments.items()):
             yield from _settings(f"{key}.{name}", argument)
     else:
-        yield key, _compact(value)
+        yield key, _compact(_ONE_TEXT[key](value) if key in _ONE_TEXT else value)
 
 
 def class_word(name: str) -> str:

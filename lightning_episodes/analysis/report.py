@@ -55,6 +55,7 @@ from typing import Any, Literal
 from scipy import stats
 
 from lightning_episodes.analysis.protocols import Protocol, distinguishing_settings, protocol_of
+from lightning_episodes.data.task_samplers import describe_task_sampler
 from lightning_episodes.evaluation.record import CONFIG_FILE, LEGACY_SAMPLING_DEFAULTS, RESULTS_FILE, read_record
 from lightning_episodes.weighting import available_targets  # rows in the paper's order of targets
 
@@ -337,7 +338,9 @@ def read_result(path: str | Path) -> RunResult:
     data = record.get("data", {})
     if data.get("task_sampler"):  # the classes were chosen by a task sampler: an arm of its own, never the baseline
         target, estimate, options = scheme
-        scheme = (target, estimate, tuple(sorted((*options, (TASK_SAMPLER, str(data["task_sampler"]))))))
+        # its class path and init_args, or an older record's repr: the same text for the same sampler
+        sampler = describe_task_sampler(data["task_sampler"])
+        scheme = (target, estimate, tuple(sorted((*options, (TASK_SAMPLER, sampler)))))
     seed = record.get("seed", (config or {}).get("seed_everything"))
     made = record.get("environment")
     made = made if isinstance(made, dict) else {}

@@ -7,8 +7,8 @@ from lightning_episodes.data.datasets import ImageDataset, available_datasets, l
 from lightning_episodes.data.dpp import DynamicDPP, StaticDPP
 from lightning_episodes.data.episode import Episode, EpisodeIdentity
 from lightning_episodes.data.interpolation import TaskInterpolation, cutmix, partner_position
-from lightning_episodes.data.sampler import EpisodeSampler, keep_per_class, mix_seed
-from lightning_episodes.data.streams import EvaluationEpisodes, TrainingEpisodes
+from lightning_episodes.data.sampler import EpisodeSampler, keep_classes, keep_per_class, mix_seed
+from lightning_episodes.data.streams import EvaluationEpisodes, TrainingEpisodes, rank_slice
 from lightning_episodes.data.task_samplers import (
     AdaptiveTaskSampler,
     HardTaskMining,
@@ -17,6 +17,7 @@ from lightning_episodes.data.task_samplers import (
     NoDiversityTasksPerBatch,
     TaskFeedback,
     TaskSampler,
+    describe_task_sampler,
 )
 
 __all__ = [
@@ -38,12 +39,15 @@ __all__ = [
     "TaskFeedback",
     "TaskInterpolation",
     "TaskSampler",
+    "describe_task_sampler",
     "TrainingEpisodes",
     "available_datasets",
     "cutmix",
+    "keep_classes",
     "keep_per_class",
     "load_dataset",
     "mix_seed",
     "partner_position",
+    "rank_slice",
     "register_dataset",
 ]

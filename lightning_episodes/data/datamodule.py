@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import copy
+import math
 import warnings
 from collections.abc import Mapping, Sequence
+from fractions import Fraction
 from typing import Any, Literal
 
 import pytorch_lightning as pl
@@ -18,7 +20,7 @@ from lightning_episodes.data.augment import RandomShiftFlip
 from lightning_episodes.data.datasets import ImageDataset, load_dataset
 from lightning_episodes.data.episode import Episode, EpisodeIdentity
 from lightning_episodes.data.interpolation import TaskInterpolation
-from lightning_episodes.data.sampler import EpisodeSampler, keep_per_class
+from lightning_episodes.data.sampler import EpisodeSampler, keep_classes, keep_per_class
 from lightning_episodes.data.streams import EvaluationEpisodes, TrainingEpisodes
 from lightning_episodes.data.task_samplers import TaskFeedback, TaskSampler
 
@@ -45,7 +47,9 @@ class EpisodicDataModule(pl.LightningDataModule):
 
     ``train_images_per_class`` makes the training split scarce (a regime where a model over-fits even on a CPU
     budget): training episodes draw from that many images of each training class, chosen by ``seed`` alone (see
-    :func:`~lightning_episodes.data.keep_per_class`).
+    :func:`~lightning_episodes.data.keep_per_class`). ``train_classes`` keeps a fixed subset of the training
+    classes instead (over-fitting to classes rather than images, as MLTI's miniImagenet-S keeps 20% of Mini-ImageNet's):
+    the same classes for every run of the dataset (see :func:`~lightning_episodes.data.keep_classes`). Both compose.
 
     Args:
         dataset: registered dataset name (``glyphs`` ships with the library; see ``available_datasets()``).
@@ -76,6 +80,15 @@ class EpisodicDataModule(pl.LightningDataModule):
             (any ``train_seed``, model seed, sampling scheme, worker or device count) trains on the same images,
             and the subsets are nested: the images kept for 20 are among those kept for 30. Validation and test
             are untouched.
+        train_classes: keep only some of the training split's classes: a fraction of them in ``(0, 1]``, keeping
+            ``floor(fraction * classes)`` (0.2 of Mini-ImageNet's 64 keeps 12, as MLTI's miniImagenet-S), or a count, a
+            whole number from ``ways`` to the split's classes (``12``; ``12.0`` alike: the value decides, not its
+            type, so 1 is every class). At least ``ways`` classes must remain. Default: every class. The kept classes
+            are the first ones of a fixed random order of the class ids with the constant seed 0
+            (:func:`~lightning_episodes.data.keep_classes`): a pure function of the dataset and this option, not of
+            ``seed``, ``train_seed``, the model, the sampling scheme, workers or devices, and nested (the classes kept
+            for 12 are among those kept for 20). Validation and test are untouched; task samplers choose among the
+            kept classes.
         download: let loaders of downloadable datasets fetch missing files.
         task_sampler: chooses the classes of each training episode instead of the uniform choice (a
             :class:`~lightning_episodes.data.TaskSampler`: the literature's adaptive task sampling, hard-task mining,
@@ -92,10 +105,11 @@ class EpisodicDataModule(pl.LightningDataModule):
             Default: ``None`` (no mixing).
 
     Raises:
-        ValueError: for non-positive sizes, 1-way episodes or ``train_images_per_class`` below ``shots + queries``
-            (at construction) and, at setup, for requests the dataset cannot satisfy (more ways than classes,
-            shots + queries or ``train_images_per_class`` above the smallest class) or a batch that does not divide
-            by the number of devices.
+        ValueError: for non-positive sizes, 1-way episodes, ``train_images_per_class`` below ``shots + queries`` or
+            ``train_classes`` neither a fraction in ``(0, 1]`` nor a whole number >= ``ways`` (at construction) and,
+            at setup, for requests the dataset cannot satisfy (more ways than classes, shots + queries or
+            ``train_images_per_class`` above the smallest class, ``train_classes`` above the split's classes or a
+            fraction keeping fewer than ``ways``) or a batch that does not divide by the number of devices.
     """
 
     def __init__(
@@ -122,19 +136,22 @@ class EpisodicDataModule(pl.LightningDataModule):
         seed: int = 0,
         train_seed: int | None = None,
         train_images_per_class: int | None = None,
+        train_classes: int | float | None = None,
         download: bool = False,
         task_sampler: TaskSampler | None = None,
         task_interpolation: TaskInterpolation | None = None,
     ) -> None:
         super().__init__()
         self.save_hyperparameters(ignore=["task_sampler", "task_interpolation"])
-        # the record keeps what the sampler is (a string: checkpoints hold plain values only); plain runs keep the
-        # hyper-parameters, and so the scenario hash, they had
-        if task_sampler is not None:
-            self.hparams["task_sampler"] = repr(task_sampler)
         if task_sampler is not None and not isinstance(task_sampler, TaskSampler):
             raise ValueError(f"data.task_sampler must be a TaskSampler, got {type(task_sampler).__name__}")
         self.task_sampler = task_sampler
+        if task_sampler is not None:
+            # the record keeps what the sampler is, as its class path and init_args (plain values, as a YAML config
+            # names it); plain runs keep the hyper-parameters, and so the scenario hash, they had
+            sampler_config = task_sampler.config()
+            self.hparams["task_sampler"] = sampler_config
+            vars(self)["_hparams_initial"]["task_sampler"] = copy.deepcopy(sampler_config)
         if isinstance(task_interpolation, Mapping):  # a checkpoint's record of it (rebuilding the data module)
             task_interpolation = TaskInterpolation.from_config(task_interpolation)
         if task_interpolation is not None and not isinstance(task_interpolation, TaskInterpolation):
@@ -162,6 +179,11 @@ class EpisodicDataModule(pl.LightningDataModule):
                 f"data.train_images_per_class={train_images_per_class} must be >= data.shots + data.queries = "
                 f"{shots} + {queries} = {shots + queries}: a training episode draws that many images of a class"
             )
+        if train_classes is not None:
+            train_classes = _class_count_or_fraction(train_classes, ways)
+            # a count as an int, a fraction as a float, whatever type the parser gave: one value, one record
+            self.hparams["train_classes"] = vars(self)["_hparams_initial"]["train_classes"] = train_classes
+        self.train_classes = train_classes
         self.dataset_name, self.root, self.seed = dataset, root, seed
         self.train_seed = seed if train_seed is None else train_seed
         self.train_images_per_class = train_images_per_class
@@ -205,6 +227,8 @@ class EpisodicDataModule(pl.LightningDataModule):
         for split, (ways, shots, queries, prefix) in sizes.items():
             split_name = self.test_split if split == "test" else split
             classes = self.data.splits[split_name]
+            if split == "train":
+                classes = self._kept_training_classes(classes)
             try:
                 # the training sampler lists the rows every training episode is drawn from (the loaders, resampling's
                 # candidates, offline scoring): a scarce split applied here reaches them all, for every dataset
@@ -300,6 +324,28 @@ class EpisodicDataModule(pl.LightningDataModule):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         if self.task_sampler is not None:
             self.task_sampler.load_state_dict(state_dict.get("task_sampler", {}))
+
+    def _kept_training_classes(self, classes: list[int]) -> list[int]:
+        """The training split's classes that training keeps: all, or ``train_classes`` of them
+        (:func:`~lightning_episodes.data.keep_classes`).
+
+        Raises:
+            ValueError: if ``train_classes`` asks for more classes than the split has or keeps fewer than ``ways``.
+        """
+        total = len(classes)
+        if self.train_classes is None or self.ways > total:  # too many ways: the sampler says so
+            return classes
+        value = self.train_classes
+        count = value if isinstance(value, int) else math.floor(Fraction(repr(value)) * total)  # exact: 0.3 * 10 = 3
+        allowed = f"allowed are a count in {self.ways}..{total} or a fraction in [{self.ways}/{total}, 1]"
+        where = f"the {total} classes of the training split (dataset {self.dataset_name!r})"
+        if count > total:
+            raise ValueError(f"data.train_classes={value!r} exceeds {where}: {allowed}")
+        if count < self.ways:
+            raise ValueError(
+                f"data.train_classes={value!r} keeps {count} of {where}, fewer than data.ways = {self.ways}: {allowed}"
+            )
+        return keep_classes(classes, count)
 
     def _training_rows(self, labels: torch.Tensor, classes: Sequence[int]) -> torch.Tensor | None:
         """The dataset rows that training episodes draw from: all (``None``), or ``train_images_per_class`` of each
@@ -529,6 +575,26 @@ class EpisodicDataModule(pl.LightningDataModule):
                 self.assembler.to(device)  # device_cache: the uint8 store moves to the accelerator once
             batch = self.assembler.gather(batch)
         return self.assembler.normalize(batch, augment=augment, dtype=dtype)
+
+
+def _class_count_or_fraction(value: object, ways: int) -> int | float:
+    """``train_classes`` as a fraction in ``(0, 1]`` (a ``float``) or a count >= ``ways`` (an ``int``).
+
+    The value decides, not its type (a command line may parse ``12`` as ``12.0``).
+
+    Raises:
+        ValueError: for anything else (naming ``data.train_classes``, its value and the allowed range).
+    """
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        if 0 < value <= 1:
+            return float(value)
+        if value >= ways and float(value).is_integer():
+            return int(value)
+    shown = int(value) if isinstance(value, float) and value.is_integer() else value  # 3, not the parser's 3.0
+    raise ValueError(
+        f"data.train_classes={shown!r} must be a fraction of the training classes in (0, 1] or a whole number of them "
+        f">= data.ways = {ways}"
+    )
 
 
 def _positions(classes: torch.Tensor) -> torch.Tensor:

@@ -177,9 +177,6 @@ class StaticDPP(_DPPSampler):
     def class_features_due(self, step: int) -> bool:
         return step < 0  # once, before the first step
 
-    def __repr__(self) -> str:
-        return f"StaticDPP(reference_checkpoint={self.class_features_from!r}, images_per_class={self.images_per_class})"
-
 
 class DynamicDPP(_DPPSampler):
     """Dynamic DPP task sampling (Kumar et al., AAAI 2023's dDPP): uniform classes for ``warmup_steps`` steps, then
@@ -210,9 +207,3 @@ class DynamicDPP(_DPPSampler):
 
     def _ready(self, step: int) -> bool:
         return step >= self.warmup_steps
-
-    def __repr__(self) -> str:
-        return (
-            f"DynamicDPP(warmup_steps={self.warmup_steps}, refresh_every={self.refresh_every}, "
-            f"images_per_class={self.images_per_class})"
-        )

@@ -29,9 +29,12 @@ _MASK64 = (1 << 64) - 1
 
 #: Stream ids mixed into the seed, so training, validation, test and offline-scoring episodes never
 #: coincide (id 3 seeds augmentation, id 5 the choice of a scarce training split's images, 6 the task samplers,
-#: 7 task interpolation).
+#: 7 task interpolation, 8 the choice of a training split's kept classes).
 STREAMS = {"train": 0, "validation": 1, "test": 2, "offline": 4}
 _SUBSET_STREAM = 5
+_CLASS_SUBSET_STREAM = 8
+#: The constant seed of :func:`keep_classes`: the kept classes depend on no seed of a run.
+CLASS_SUBSET_SEED = 0
 
 #: Largest accepted probability that ``m`` draws hold fewer than ``k`` distinct values (such rows are
 #: redrawn exactly, so this only trades the size of ``m`` against how often the slow path runs).
@@ -138,6 +141,35 @@ def keep_per_class(labels: Tensor, classes: Sequence[int], count: int, seed: int
         order = torch.rand(len(rows), generator=generator, dtype=torch.float64).argsort()
         kept.append(rows[order[:count]])
     return torch.cat(kept).sort().values
+
+
+def keep_classes(classes: Sequence[int], count: int) -> list[int]:
+    """``count`` of ``classes``, in their order: the classes a training split keeps (``train_classes``).
+
+    Class ``c`` has the key ``mix_seed(CLASS_SUBSET_SEED, 8, c)`` (a 63-bit hash of its global id; a tie, never
+    seen, goes to the smaller id) and the ``count`` classes of smallest keys are kept: a fixed random order of the
+    class ids, seeded by the constant :data:`CLASS_SUBSET_SEED` = 0. The choice is a pure function of the class ids
+    and ``count`` (no seed of a run, no worker or process count), and nested: the classes kept for a smaller
+    ``count`` are among those kept for a larger one.
+
+    Args:
+        classes: global class ids (a split's class list).
+        count: classes kept, in ``0..len(classes)``.
+
+    Raises:
+        ValueError: if ``count`` is outside ``0..len(classes)``.
+
+    Example::
+
+        >>> keep_classes(range(5), 2), keep_classes(range(5), 3)
+        ([2, 3], [1, 2, 3])
+    """
+    class_ids = [int(c) for c in classes]
+    if not 0 <= count <= len(class_ids):
+        raise ValueError(f"count={count} must be in 0..{len(class_ids)}, the classes given")
+    keys = {c: (mix_seed(CLASS_SUBSET_SEED, _CLASS_SUBSET_STREAM, c), c) for c in class_ids}
+    kept = set(sorted(class_ids, key=keys.__getitem__)[:count])
+    return [c for c in class_ids if c in kept]
 
 
 class EpisodeSampler:

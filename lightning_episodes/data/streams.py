@@ -28,6 +28,17 @@ def _worker() -> tuple[int, int]:
     return (0, 1) if info is None else (info.id, info.num_workers)
 
 
+def rank_slice(batch_size: int, rank: int, world_size: int) -> range:
+    """The positions ``j`` of a global step's ``batch_size`` training episodes that rank ``rank`` of ``world_size``
+    trains on: ``[r B / W, (r + 1) B / W)`` (``batch_size`` divisible by ``world_size``).
+
+    Example:
+        >>> rank_slice(8, 1, 2)
+        range(4, 8)
+    """
+    return range(rank * batch_size // world_size, (rank + 1) * batch_size // world_size)
+
+
 class TrainingEpisodes(IterableDataset):
     """The training stream from global step ``start_step`` on (forever, or to the end of the epoch).
 
@@ -59,7 +70,7 @@ class TrainingEpisodes(IterableDataset):
                 f"data.episodes_per_batch={batch_size} must be divisible by the number of devices ({world_size})"
             )
         self.sampler, self.seed, self.batch_size = sampler, seed, batch_size
-        self.local = range(rank * batch_size // world_size, (rank + 1) * batch_size // world_size)
+        self.local = rank_slice(batch_size, rank, world_size)
         self.start_step, self.steps_per_epoch = start_step, steps_per_epoch
         self.assembler = assembler
 

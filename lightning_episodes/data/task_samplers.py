@@ -16,6 +16,8 @@ resumes bit for bit. Built in (``docs/method.md``, "Task samplers"):
 
 Class choices are positions ``0..N-1`` in the training split's class list; every random number comes from a
 ``torch.Generator`` seeded by ``mix_seed(seed, 6, step, j)`` (stream 6: never a stream of the episodes' images).
+A sampler remembers its constructor's arguments: records name it by :meth:`TaskSampler.config`, its ``class_path``
+and ``init_args``, as a YAML config does. :func:`~lightning_episodes.testing.check_task_sampler` checks the contract.
 """
 
 from __future__ import annotations
@@ -23,11 +25,13 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
+from pathlib import PurePath
 from typing import Any, ClassVar, Final, NamedTuple
 
 import torch
 from torch import Tensor
 
+from lightning_episodes._arguments import bound_arguments, class_path
 from lightning_episodes.data.sampler import mix_seed
 
 __all__ = [
@@ -38,6 +42,7 @@ __all__ = [
     "NoDiversityTasksPerBatch",
     "TaskFeedback",
     "TaskSampler",
+    "describe_task_sampler",
 ]
 
 #: the stream id of the task samplers' random numbers (sampler.py's STREAMS use 0-5)
@@ -99,6 +104,24 @@ class TaskSampler(ABC):
     ways: int = 0
     episodes_per_batch: int = 0
 
+    _init_args: dict[str, Any]
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        self = super().__new__(cls)
+        self._init_args = bound_arguments(cls, args, kwargs)
+        return self
+
+    @property
+    def init_args(self) -> dict[str, Any]:
+        """The constructor's arguments this sampler was built with, defaults included (a copy)."""
+        return dict(getattr(self, "_init_args", {}))
+
+    def config(self) -> dict[str, Any]:
+        """``{"class_path": ..., "init_args": ...}``: the sampler as a YAML config names it, in plain values (a path
+        as its text): what the data module's hyper-parameters, its checkpoints and the test records keep."""
+        init_args = {k: str(v) if isinstance(v, PurePath) else v for k, v in self.init_args.items()}
+        return {"class_path": class_path(type(self)), "init_args": init_args}
+
     def bind(self, num_classes: int, ways: int, episodes_per_batch: int) -> None:
         """Called by the data module's ``setup``: ``num_classes`` training classes, ``ways`` per episode, and
         ``episodes_per_batch`` episodes a step (the global batch).
@@ -138,7 +161,7 @@ class TaskSampler(ABC):
         return _random_subset(_generator(seed, step, episode), self.num_classes, self.ways)
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}()"
+        return describe_task_sampler(self.config())
 
 
 class NoDiversityTask(TaskSampler):
@@ -222,7 +245,8 @@ class HardTaskMining(TaskSampler):
     def state_dict(self) -> dict[str, Any]:
         tasks = self.hardest()
         return {
-            "tasks": torch.tensor(tasks, dtype=torch.long).reshape(len(tasks), -1),
+            # [tasks, ways]; an empty buffer (before the first step) is [0, 0]
+            "tasks": torch.tensor(tasks, dtype=torch.long).reshape(len(tasks), len(tasks[0]) if tasks else 0),
             "losses": torch.tensor([self.buffer[task] for task in tasks], dtype=torch.float64),
         }
 
@@ -232,12 +256,6 @@ class HardTaskMining(TaskSampler):
             self.buffer = {}
             return
         self.buffer = {tuple(t): float(v) for t, v in zip(tasks.tolist(), losses.tolist(), strict=True)}
-
-    def __repr__(self) -> str:
-        return (
-            f"HardTaskMining(hard_fraction={self.hard_fraction}, buffer_size={self.buffer_size}, "
-            f"warmup_steps={self.warmup_steps})"
-        )
 
 
 class AdaptiveTaskSampler(TaskSampler):
@@ -316,8 +334,21 @@ class AdaptiveTaskSampler(TaskSampler):
         if state.get("log_potential") is not None:
             self.log_potential = torch.as_tensor(state["log_potential"], dtype=torch.float64).clone()
 
-    def __repr__(self) -> str:
-        return f"AdaptiveTaskSampler(decay={self.decay}, hardness={self.hardness})"
+
+def describe_task_sampler(recorded: str | Mapping[str, Any]) -> str:
+    """A task sampler as text, from what a record keeps of it: its ``class_path`` and ``init_args``
+    (``HardTaskMining(hard_fraction=0.5, buffer_size=50, warmup_steps=32)``), or an older record's text, as it is
+    (those records kept the sampler's ``repr``, which reads the same).
+
+    Example:
+        >>> describe_task_sampler({"class_path": "mylab.RoundRobin", "init_args": {"groups": 2}})
+        'RoundRobin(groups=2)'
+    """
+    if not isinstance(recorded, Mapping):
+        return str(recorded)
+    name = str(recorded.get("class_path", "?")).rpartition(".")[2]
+    arguments = recorded.get("init_args") or {}
+    return f"{name}({', '.join(f'{key}={value!r}' for key, value in arguments.items())})"
 
 
 def _draw(log_weights: Tensor, u: float) -> int:

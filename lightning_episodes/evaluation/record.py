@@ -85,9 +85,15 @@ LEGACY_SAMPLING_DEFAULTS: Final[Mapping[str, Any]] = {
 }
 
 
-def plain(values: Mapping[str, Any]) -> dict[str, Any]:
-    """The JSON-friendly (scalar) entries of a hyper-parameter dict."""
-    return {k: v for k, v in values.items() if isinstance(v, int | float | str | bool) or v is None}
+def plain(values: Mapping[str, Any], components: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The JSON-friendly (scalar) entries of a hyper-parameter dict, and those named in ``components`` that are a
+    class path with its ``init_args`` (``{"class_path": ..., "init_args": {...}}``, its scalar arguments kept)."""
+    kept: dict[str, Any] = {k: v for k, v in values.items() if isinstance(v, int | float | str | bool) or v is None}
+    for name in components:
+        value = values.get(name)
+        if isinstance(value, Mapping) and isinstance(value.get("class_path"), str):
+            kept[name] = {"class_path": value["class_path"], "init_args": plain(value.get("init_args") or {})}
+    return kept
 
 
 def scenario_hash(hparams: Mapping[str, Any], data: Mapping[str, Any]) -> str:
@@ -188,7 +194,8 @@ def results_record(
         results: the module's logged ``test/acc``, ``test/acc_ci95``, ``test/loss`` and ``test/episodes``.
         algorithm: the module's class name.
         hparams: the module's hyper-parameters (only their scalars are kept).
-        data: the data module's hyper-parameters (only their scalars are kept).
+        data: the data module's hyper-parameters (their scalars are kept, and the task sampler as its ``class_path``
+            and ``init_args``).
         eval_batch_norm: the batch norm at evaluation (``running``/``episode``).
         global_step: the step of the tested weights.
         ckpt_path: the tested checkpoint, if any.
@@ -202,7 +209,7 @@ def results_record(
         made_with: :func:`environment` where the test ran (``None``: this process's, on the CPU in
             :data:`DEFAULT_PRECISION`).
     """
-    hparams, data = plain(hparams), plain(data)
+    hparams, data = plain(hparams), plain(data, components=("task_sampler",))
     return {
         "algorithm": algorithm,
         "accuracy": results["test/acc"],

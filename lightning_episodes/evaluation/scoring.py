@@ -220,6 +220,9 @@ def checkpoint_datamodule(ckpt_path: str | Path, overrides: Mapping[str, Any] | 
     saved = read_checkpoint(ckpt_path).get("datamodule_hyper_parameters") or {}
     # LightningCLI saves its bookkeeping (`_class_path`, `_instantiator`) with them: not data module arguments
     arguments = {key: value for key, value in saved.items() if not key.startswith("_")}
+    # the task sampler chose training episodes only (its record, a class path and init_args, may need what the run
+    # had, such as a static DPP's reference checkpoint): evaluation episodes never use one
+    arguments.pop("task_sampler", None)
     arguments.update(overrides or {})
     if not arguments:
         raise ValueError(f"{ckpt_path} records no data module settings: give them with --config or --data.KEY")

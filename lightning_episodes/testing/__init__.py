@@ -1,12 +1,12 @@
-"""Contract harnesses for your own algorithm, dataset loader, target, proposal or normaliser: one line in a test
-file of your project checks that it keeps the contract that every built-in one keeps (the library's own tests use
-the same harnesses).
+"""Contract harnesses for your own algorithm, dataset loader, target, proposal, normaliser or task sampler: one line
+in a test file of your project checks that it keeps the contract that every built-in one keeps (the library's own
+tests use the same harnesses).
 
 Fill a spec (:class:`TargetSpec`, :class:`ProposalSpec`, :class:`NormalizerSpec`, :class:`AlgorithmSpec`,
-:class:`DatasetSpec`) and call its ``check_*`` function: it runs every check of the contract and raises an
-:class:`AssertionError` naming the first property that fails. pytest is not needed (the checks are plain
-``assert``s); :func:`contract_params` makes one pytest test per property. The algorithm harness trains on a tiny
-in-memory dataset (:func:`tiny_datamodule`, :func:`tiny_trainer`), yours to use in your own tests too.
+:class:`DatasetSpec`, :class:`TaskSamplerSpec`) and call its ``check_*`` function: it runs every check of the
+contract and raises an :class:`AssertionError` naming the first property that fails. pytest is not needed (the checks
+are plain ``assert``s); :func:`contract_params` makes one pytest test per property. The algorithm harness trains on a
+tiny in-memory dataset (:func:`tiny_datamodule`, :func:`tiny_trainer`), yours to use in your own tests too.
 
 The names below are imported when first used, so that checking a target does not import the command line.
 """
@@ -29,6 +29,7 @@ if TYPE_CHECKING:
         check_proposal,
     )
     from lightning_episodes.testing.targets import TARGET_CHECKS, TargetSpec, check_target
+    from lightning_episodes.testing.task_samplers import TASK_SAMPLER_CHECKS, TaskSamplerSpec, check_task_sampler
     from lightning_episodes.testing.tiny import (
         decode_rows,
         register_tiny_dataset,
@@ -53,6 +54,9 @@ _EXPORTS = {
     ),
     **dict.fromkeys(("TARGET_CHECKS", "TargetSpec", "check_target"), "lightning_episodes.testing.targets"),
     **dict.fromkeys(
+        ("TASK_SAMPLER_CHECKS", "TaskSamplerSpec", "check_task_sampler"), "lightning_episodes.testing.task_samplers"
+    ),
+    **dict.fromkeys(
         ("decode_rows", "register_tiny_dataset", "tiny_datamodule", "tiny_dataset", "tiny_trainer"),
         "lightning_episodes.testing.tiny",
     ),
@@ -71,12 +75,15 @@ __all__ = [
     "ProposalReference",
     "ProposalSpec",
     "TARGET_CHECKS",
+    "TASK_SAMPLER_CHECKS",
     "TargetSpec",
+    "TaskSamplerSpec",
     "check_algorithm",
     "check_dataset",
     "check_normalizer",
     "check_proposal",
     "check_target",
+    "check_task_sampler",
     "contract_params",
     "decode_rows",
     "register_tiny_dataset",

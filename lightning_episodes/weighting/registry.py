@@ -23,6 +23,8 @@ from collections.abc import Callable, Iterator, Mapping
 from importlib.metadata import entry_points
 from typing import Any, ClassVar, Final, Generic, TypeVar
 
+from lightning_episodes._arguments import bound_arguments, class_path, init_parameters
+
 __all__ = [
     "ENTRY_POINT_GROUP",
     "Component",
@@ -45,12 +47,6 @@ FOUND_HOW: Final[str] = (
     "(`--import mylab` on the command line, or an entry point of your package in the group "
     f"'{ENTRY_POINT_GROUP}')"
 )
-
-
-def init_parameters(cls: type) -> dict[str, inspect.Parameter]:
-    """The parameters of ``cls.__init__`` after ``self``."""
-    parameters = list(inspect.signature(cls.__init__).parameters.values())[1:]  # type: ignore[misc]
-    return {p.name: p for p in parameters}
 
 
 def accepted_options(cls: type, options: Mapping[str, Any]) -> dict[str, Any]:
@@ -79,19 +75,7 @@ class Component:
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
         self = super().__new__(cls)
-        try:  # the arguments as __init__ will see them; unpickling calls __new__ alone, and restores the dict
-            bound = inspect.signature(cls.__init__).bind(None, *args, **kwargs)
-        except TypeError:
-            self._init_args = {}
-            return self
-        bound.apply_defaults()
-        arguments = dict(list(bound.arguments.items())[1:])
-        for name, parameter in init_parameters(cls).items():
-            if parameter.kind is inspect.Parameter.VAR_KEYWORD:
-                arguments.update(arguments.pop(name, {}))
-            elif parameter.kind is inspect.Parameter.VAR_POSITIONAL:
-                arguments.pop(name, None)
-        self._init_args = arguments
+        self._init_args = bound_arguments(cls, args, kwargs)
         return self
 
     @property
@@ -102,7 +86,7 @@ class Component:
     @classmethod
     def class_path(cls) -> str:
         """``module.QualifiedName``: what a config's ``class_path`` names."""
-        return f"{cls.__module__}.{cls.__qualname__}"
+        return class_path(cls)
 
     def config(self) -> dict[str, Any]:
         """``{"class_path": ..., "init_args": ...}``: this instance as a LightningCLI config writes it (and a record

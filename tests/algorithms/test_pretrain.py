@@ -71,8 +71,24 @@ def test_fit_infers_the_classes_saves_them_and_feat_starts_from_the_backbone(tmp
         assert torch.equal(feat.backbone.state_dict()[key], value), key
 
 
+def test_the_classifier_learns_only_the_training_classes_kept() -> None:
+    """With ``data.train_classes`` the training episodes draw from some classes: the classifier has a row for each of
+    those (and no unused ones), each kept class its own row."""
+    from lightning_episodes.data import keep_classes
+
+    pl.seed_everything(0)
+    model = Pretrain(backbone="conv4", image_size=16)
+    sizes = {"ways": 6, "shots": 1, "queries": 1, "eval_ways": 5, "eval_shots": 1, "eval_queries": 3}
+    dm = tiny_datamodule(**sizes, episodes_per_batch=2, val_episodes=8, test_episodes=8, train_classes=6)
+    tiny_trainer(max_steps=2, val_check_interval=2).fit(model, dm)
+    kept = keep_classes(dm.data.splits["train"], 6)
+    assert model.classifier is not None
+    assert model.classifier.out_features == 6
+    assert sorted(model.class_rows[torch.as_tensor(kept)].tolist()) == list(range(6))
+
+
 def test_wrong_number_of_classes_or_no_data_fail_clearly() -> None:
-    with pytest.raises(ValueError, match=r"model.num_classes=5 but the training split has 12 classes"):
+    with pytest.raises(ValueError, match=r"model.num_classes=5 but the training episodes draw from 12 classes"):
         tiny_trainer(max_steps=1).fit(
             Pretrain(backbone="conv4", image_size=16, num_classes=5), pretraining_datamodule()
         )

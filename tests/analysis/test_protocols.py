@@ -184,6 +184,29 @@ def test_a_scarce_training_split_is_another_column_named_by_its_size(tmp_path: P
     assert [table.cells[table.rows[0], column].seeds for column in table.columns] == [1, 2]
 
 
+def test_a_subset_of_the_training_classes_is_another_column_and_every_class_pairs_with_older_runs(
+    tmp_path: Path,
+) -> None:
+    assert protocol_of(config(0, train_classes=None), {}) == protocol_of(config(0), {})
+    assert protocol_of(None, {"data": {"ways": 5, "train_classes": None}}) == (("data.ways", "5"),)
+    fraction = protocol_of(config(1, train_classes=0.2), {})
+    assert fraction != protocol_of(config(1), {})
+    assert ("data.train_classes", "0.2") in fraction
+    # a command line parses a count as a float (12.0), a record keeps it as an int: one protocol
+    assert protocol_of(config(1, train_classes=12.0), {}) == protocol_of(config(1, train_classes=12), {})
+    assert ("data.train_classes", "12") in protocol_of(None, {"data": {"train_classes": 12}})
+    assert trained_settings(config(1, train_classes=12.0))["data.train_classes"] == "12"
+    assert "data.train_classes" not in trained_settings(config(1, train_classes=None))
+    results = [
+        read_result(write(tmp_path / "all" / "seed0", 0.6, config(0))),
+        read_result(write(tmp_path / "few" / "seed0", 0.5, config(0, train_classes=0.2))),
+    ]
+    assert [column.label for column in build_table(results).columns] == [
+        "Glyphs-100, Conv-4, 5-way 1-shot [train_classes=0.2]",
+        "Glyphs-100, Conv-4, 5-way 1-shot [train_classes=–]",
+    ]
+
+
 def test_model_settings_added_later_at_their_default_keep_older_runs_in_the_protocol() -> None:
     """A run recorded before ``backbone_weights`` and ``drop_head`` existed was trained as one at their default
     (``None``): one protocol; a value of either is another."""

@@ -15,6 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from scipy import stats
 
+from lightning_episodes.analysis.protocols import protocol_of
 from lightning_episodes.analysis.report import (
     IGNORED_OPTIONS,
     Column,
@@ -26,6 +27,7 @@ from lightning_episodes.analysis.report import (
     sampling_scheme,
 )
 from lightning_episodes.callbacks import DifficultyWeightingCallback
+from lightning_episodes.data import HardTaskMining
 from tests.analysis.helpers import CHECKPOINT, DEFAULTS, load, sampling, weighting, write_run, write_runs
 
 MINI_1S = Column("mini-imagenet", "conv4", 5, 1)
@@ -361,3 +363,21 @@ def test_a_class_path_backbone_is_named_by_its_class(tmp_path: Path) -> None:
     resnet = {"class_path": "torchvision.models.ResNet", "init_args": {"layers": [2, 2, 2, 2]}}
     path = write_run(tmp_path / "resnet", 0.5, 0.01, [weighting("baseline")], hparams={"backbone": resnet})
     assert read_result(path).column.backbone == "ResNet"
+
+
+def test_a_task_sampler_recorded_by_class_path_and_one_recorded_by_its_repr_are_one_row(tmp_path: Path) -> None:
+    """Records keep a sampler as its class path and init_args; older ones kept its repr: both read the same."""
+    data = {"dataset": "mini-imagenet", "ways": 5, "shots": 1, "eval_ways": None, "seed": 0, "test_split": "test"}
+    config = HardTaskMining(buffer_size=20).config()
+    assert config == {
+        "class_path": "lightning_episodes.data.task_samplers.HardTaskMining",
+        "init_args": {"hard_fraction": 0.5, "buffer_size": 20, "warmup_steps": 32},
+    }
+    old = "HardTaskMining(hard_fraction=0.5, buffer_size=20, warmup_steps=32)"
+    write_run(tmp_path / "new", 0.49, 0.01, sampling=sampling(target="baseline"), data={**data, "task_sampler": config})
+    write_run(tmp_path / "old", 0.51, 0.01, sampling=sampling(target="baseline"), data={**data, "task_sampler": old})
+    rows = build_table(load(tmp_path)).rows
+    assert [row.scheme for row in rows] == [
+        "baseline + HardTaskMining (hard_fraction=0.5, buffer_size=20, warmup_steps=32)"
+    ]
+    assert protocol_of(None, {"data": {"ways": 5, "task_sampler": config}}) == (("data.ways", "5"),)

@@ -261,7 +261,8 @@ def test_each_task_sampler_trains_and_tests_through_the_cli_beside_a_weighting_s
     assert f"{type(sampler).__module__.rsplit('.', 1)[0]}.{type(sampler).__name__}" == expected
     assert any(isinstance(c, TaskSamplerFeedback) for c in cli.trainer.callbacks)  # the command line's default
     record = json.loads((Path(cli.trainer.log_dir) / "test_results.json").read_text())
-    assert record["data"]["task_sampler"] == repr(sampler)
+    assert record["data"]["task_sampler"] == sampler.config()  # its class path and init_args, not its repr
+    assert record["data"]["task_sampler"]["init_args"] == sampler.init_args
     assert record["sampling"]["target"] == "uniform"
 
 

@@ -44,6 +44,12 @@ def _error_line(stderr: str, command: str = "fit") -> str:
             marks=pytest.mark.slow,
         ),
         pytest.param(
+            ["--data.train_classes", "3"],
+            "data.train_classes=3 must be a fraction of the training classes in (0, 1] or a whole number of them "
+            ">= data.ways = 5",
+            marks=pytest.mark.slow,
+        ),
+        pytest.param(
             ["--config", UNIFORM, "--trainer.callbacks.decay", "1.5"],
             ("decay must be", "[0, 1)", "got 1.5"),
             marks=pytest.mark.slow,

@@ -176,3 +176,17 @@ def test_scoring_the_test_split_reproduces_the_test_metric(tmp_path: Path) -> No
     assert scores.accuracy.mean() == pytest.approx(metrics["test/acc"], abs=1e-6)
     assert 1.96 * scores.accuracy.std() / math.sqrt(30) == pytest.approx(metrics["test/acc_ci95"], abs=1e-6)
     assert 0 < scores.accuracy.mean() < 1
+
+
+def test_a_task_sampler_runs_checkpoint_rebuilds_its_evaluation_data(tmp_path: Path) -> None:
+    """A run with a task sampler records it as class path and init_args (a static DPP's with its reference
+    checkpoint, which another machine may not have); evaluation episodes never use one, so it is left out."""
+    from lightning_episodes.data import HardTaskMining
+
+    data = EpisodicDataModule(dataset="glyphs", ways=5, shots=1, queries=2, task_sampler=HardTaskMining())
+    saved = {**dict(data.hparams), "_class_path": "lightning_episodes.data.EpisodicDataModule"}
+    assert saved["task_sampler"]["class_path"].endswith("HardTaskMining")
+    torch.save({"state_dict": {}, "datamodule_hyper_parameters": saved}, tmp_path / "last.ckpt")
+    rebuilt = checkpoint_datamodule(tmp_path / "last.ckpt")
+    assert rebuilt.task_sampler is None
+    assert (rebuilt.hparams.ways, rebuilt.hparams.shots, rebuilt.hparams.queries) == (5, 1, 2)

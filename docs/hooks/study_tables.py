@@ -1,0 +1,138 @@
+"""MkDocs hook: the study's numbers as tables generated from its records when the site is built, where a page asks.
+
+A page asks for a table with an HTML comment on a line of its own::
+
+    <!-- table study-answers -->
+
+``study-answers`` is a table of :data:`TABLES`. On the site the comment becomes the Markdown table; on the
+repository's file view it shows nothing. Each row is ``lightning-episodes compare`` of one arm against its baseline
+over the seeds where both were tested (:func:`~lightning_episodes.commands.compare.compare_scenario`), so the guides
+quote no number by hand and none goes stale when a training lands. An unknown table, or a row whose records cannot
+be compared, fails the build.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from mkdocs.config.defaults import MkDocsConfig
+from mkdocs.structure.files import Files
+from mkdocs.structure.pages import Page
+
+MARKER = re.compile(r"^<!-- table (?P<name>[\w-]+) -->[ \t]*$", re.MULTILINE)
+
+
+class Row(NamedTuple):
+    """One arm against its baseline: the cell's folder (under ``studies/``), the arms' run folders, what the row is
+    called, the cell as a reader knows it, and the protocol settings in which the arms may differ."""
+
+    cell: str
+    treatment: str
+    label: str
+    where: str
+    baseline: str = "baseline_online"
+    differing: tuple[str, ...] = ()
+
+
+SCARCE5 = "scarce5/n60/glyphs_100_5w5s__protonet_cosine_conv4"
+REGULARISERS = "scarce5/n60_regularisers/glyphs_100_5w5s__protonet_cosine_conv4"
+SCARCE = "scarce/n60/glyphs_100_5w5s__protonet_{}_conv4"
+COSINE, EUCLIDEAN = "data-scarce 5-shot, ProtoNet-cosine", "data-scarce 5-shot, ProtoNet-Euclidean"
+#: the arms of the study a reader chooses between, each against the baseline of its cell
+ANSWERS: tuple[Row, ...] = (
+    Row(SCARCE5, "uniform_online", "uniform over difficulty, online (the paper)", COSINE),
+    Row(SCARCE5, "uniform_offline", "uniform, offline estimate", COSINE),
+    Row(SCARCE5, "uniform_online_placebo", "uniform's weights shuffled within each step (placebo)", COSINE),
+    Row(SCARCE5, "uniform_online_scale", "the loss's scale factor Σw/ESS alone (weights 1)", COSINE),
+    Row(SCARCE5, "uniform_online_self", "uniform, self-normalised (no scale factor)", COSINE),
+    Row(REGULARISERS, "weight_decay", "weight decay 5e-4", COSINE, differing=("model.optimizer.weight_decay",)),
+    Row(REGULARISERS, "label_smoothing", "label smoothing 0.1", COSINE, differing=("model.label_smoothing",)),
+    Row(REGULARISERS, "augmentation", "augmentation (shifts of 4 px)", COSINE, differing=("data.augment",)),
+    Row(REGULARISERS, "task_interpolation", "task interpolation (MLTI)", COSINE,
+        differing=("data.task_interpolation",)),
+    Row(SCARCE.format("euclidean"), "uniform_online", "uniform over difficulty, online (the paper)", EUCLIDEAN),
+    Row(SCARCE.format("cosine"), "uniform_resample", "uniform by resampling (pool 4)", COSINE),
+    Row(SCARCE.format("euclidean"), "uniform_resample", "uniform by resampling (pool 4)", EUCLIDEAN),
+    Row("scarce_static_dpp/n60/glyphs_100_5w5s__protonet_cosine_conv4", "baseline_online__static_dpp", "static DPP",
+        COSINE),
+    *(
+        Row(SCARCE.format(distance), f"baseline_online__{sampler}", label, where)
+        for sampler, label in (
+            ("dynamic_dpp", "dynamic DPP"),
+            ("hard_task_mining", "online hard-task mining"),
+            ("adaptive", "adaptive task sampling"),
+            ("no_diversity_batch", "no-diversity batch (a control)"),
+        )
+        for distance, where in (("cosine", COSINE), ("euclidean", EUCLIDEAN))
+    ),
+    Row("scarce/n60/glyphs_100_5w5s__maml_conv4", "uniform_online", "uniform over difficulty, online (the paper)",
+        "data-scarce 5-shot, MAML (its baseline under-fits)"),
+    *(
+        Row("converge_samplers/constant/glyphs_100_5w1s__protonet_euclidean_conv4", f"baseline_online__{sampler}",
+            label, "full split 1-shot, ProtoNet-Euclidean (its baseline under-fits)")
+        for sampler, label in (
+            ("adaptive", "adaptive task sampling"),
+            ("hard_task_mining", "online hard-task mining"),
+            ("no_diversity_batch", "no-diversity batch (a control)"),
+        )
+    ),
+)  # fmt: skip
+
+
+def _number(value: float) -> str:
+    return f"{100 * value:+.2f}".replace("-", "−")
+
+
+def answers_table(root: Path) -> str:
+    """Every row of :data:`ANSWERS` whose cell holds both arms tested: the difference over trainings (95% t interval
+    over the seed pairs, and its p) where there are two trainings or more, else over one training's test episodes,
+    said so. Rows whose arm has no record yet are left out."""
+    from lightning_episodes.commands.compare import Untested, compare_scenario
+
+    lines = [
+        "| arm | cell | trainings | arm − baseline (points) | p | what the interval covers |",
+        "|---|---|---:|---:|---:|---|",
+    ]
+    for row in ANSWERS:
+        cell = root / "studies" / row.cell
+        if not cell.is_dir() or not any(cell.glob(f"seed*/{row.treatment}")):
+            continue
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # a seed pair made on two processors: said on the study's page
+                _, comparison, _ = compare_scenario(
+                    cell, row.baseline, row.treatment, seeds="tested", differing=row.differing
+                )
+        except Untested:
+            continue
+        difference = comparison.difference
+        if difference.trainings >= 2:
+            value = f"{_number(difference.seed_mean)} ± {100 * difference.seed_ci95:.2f}"
+            p, covers = difference.seed_pvalue, "trainings (95% t interval over the seed pairs)"
+        else:
+            value = f"{_number(difference.mean)} ± {100 * difference.ci95:.2f}"
+            p, covers = difference.pvalue, "one training's test episodes only"
+        shown_p = "< 0.001" if p < 0.001 else f"{p:.3f}"
+        lines.append(f"| {row.label} | {row.where} | {difference.trainings} | {value} | {shown_p} | {covers} |")
+    return "\n".join(lines)
+
+
+TABLES = {"study-answers": answers_table}
+
+
+def on_page_markdown(markdown: str, page: Page, config: MkDocsConfig, files: Files, **kwargs: Any) -> str:
+    """Each table comment of the page replaced by its table."""
+    root = Path(config.config_file_path).parent
+
+    def table(match: re.Match[str]) -> str:
+        name = match["name"]
+        if name not in TABLES:
+            raise ValueError(
+                f"{page.file.src_uri} asks for table {name!r}; docs/hooks/study_tables.py has {sorted(TABLES)}"
+            )
+        return TABLES[name](root)
+
+    return MARKER.sub(table, markdown)
