@@ -23,6 +23,16 @@ PACKAGE = "lightning_episodes"
 DIFFICULTY_RECORD = "studies/paper_gpu/step/glyphs_100_5w1s__protonet_euclidean_conv4/seed0/baseline_online"
 #: the study whose records the study figure shows (docs/study.md, the data-scarce split)
 SCARCE_STUDY = "studies/scarce/n60"
+#: the five-training study of the data-scarce cosine cell (studies/scarce5/PLAN.md): its folder, its cell, and per
+#: family the scenario folder, the baseline arm, the treatments and the settings in which they may differ from it
+SCARCE5 = "studies/scarce5"
+SCARCE5_CELL = "glyphs_100_5w5s__protonet_cosine_conv4"
+SCARCE5_FAMILIES: tuple[tuple[str, str, tuple[str, ...], tuple[str, ...]], ...] = (
+    ("n60", "baseline_online", ("uniform_online", "uniform_online_placebo", "uniform_online_self",
+                                "uniform_online_scale", "uniform_offline"), ()),
+    ("n60_regularisers", "baseline_online", ("weight_decay", "label_smoothing", "augmentation", "task_interpolation"),
+     ("model.optimizer.weight_decay", "model.label_smoothing", "data.augment", "data.task_interpolation")),
+)  # fmt: skip
 #: the embedded datasets of the dataset figure, and the characters rendered for one whose cache is not on disk
 EMBEDDED = ("glyphs", "glyphs-hard", "glyphs-100")
 FALLBACK_CHARACTERS = "AλжԱაבע"
@@ -269,6 +279,27 @@ def scarce_study(root: Path) -> Figure:
 
     results = [read_result(path) for path in find_results([root / SCARCE_STUDY])]
     return plot_study(build_table(results), results)
+
+
+@figure("scarce5-forest")
+def scarce5_forest(root: Path) -> Figure:
+    """``lightning-episodes compare ... --forest`` of the five-training study: every arm − its baseline with its 95% t
+    interval over the trainings that have landed, per family (the arms of a family with no records yet are left out)."""
+    from dataclasses import replace
+
+    from lightning_episodes.analysis.forest import plot_forest
+    from lightning_episodes.commands.compare import Untested, compare_scenario
+
+    comparisons = []
+    for folder, baseline, treatments, differing in SCARCE5_FAMILIES:
+        scenario = root / SCARCE5 / folder / SCARCE5_CELL
+        for treatment in treatments if scenario.is_dir() else ():
+            try:
+                _, comparison, _ = compare_scenario(scenario, baseline, treatment, seeds="tested", differing=differing)
+            except Untested:
+                continue
+            comparisons.append(replace(comparison, folder=folder))
+    return plot_forest(comparisons, "baseline_online", "scarce5")[0]
 
 
 def main(argv: list[str]) -> int:
