@@ -7,7 +7,7 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-__all__ = ["bound_arguments", "class_path", "init_parameters"]
+__all__ = ["RemembersArguments", "bound_arguments", "class_path", "init_parameters"]
 
 
 def init_parameters(cls: type) -> dict[str, inspect.Parameter]:
@@ -44,3 +44,20 @@ def bound_arguments(cls: type, args: tuple[Any, ...], kwargs: dict[str, Any]) ->
 def class_path(cls: type) -> str:
     """``module.QualifiedName``: what a config's ``class_path`` names."""
     return f"{cls.__module__}.{cls.__qualname__}"
+
+
+class RemembersArguments:
+    """A base class whose instances remember the arguments their constructor was called with (:attr:`init_args`), so
+    that a subclass needs no code of its own to be recorded as ``class_path`` + ``init_args``."""
+
+    _init_args: dict[str, Any]
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        self = super().__new__(cls)
+        self._init_args = bound_arguments(cls, args, kwargs)
+        return self
+
+    @property
+    def init_args(self) -> dict[str, Any]:
+        """The constructor's arguments this instance was built with, defaults included (a copy)."""
+        return dict(getattr(self, "_init_args", {}))

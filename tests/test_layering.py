@@ -215,14 +215,20 @@ def test_the_checks_report_a_circle_and_an_upward_import() -> None:
         layer_of("p.z", layers)
 
 
-def test_the_real_source_fails_the_checks_when_a_circle_is_added(tmp_path: Path) -> None:
-    # the package as it is, plus an algorithm module that imports a callback: a circle through the callbacks that
-    # import algorithms, and an upward import
-    package = tmp_path / PACKAGE
+def _copy_of_the_package(folder: Path) -> Path:
+    """The package's source as it is, copied under ``folder``."""
+    package = folder / PACKAGE
     for path in (ROOT / PACKAGE).rglob("*.py"):
         copy = package / path.relative_to(ROOT / PACKAGE)
         copy.parent.mkdir(parents=True, exist_ok=True)
         copy.write_text(path.read_text(encoding="utf-8"), encoding="utf-8")
+    return package
+
+
+def test_the_real_source_fails_the_checks_when_a_circle_is_added(tmp_path: Path) -> None:
+    # the package as it is, plus an algorithm module that imports a callback: a circle through the callbacks that
+    # import algorithms, and an upward import
+    package = _copy_of_the_package(tmp_path)
     (package / "algorithms" / "base.py").write_text(
         (ROOT / PACKAGE / "algorithms" / "base.py").read_text(encoding="utf-8")
         + "\n\ndef _added():\n    from lightning_episodes.callbacks.reference import load_reference\n",
@@ -235,11 +241,7 @@ def test_the_real_source_fails_the_checks_when_a_circle_is_added(tmp_path: Path)
 
 def test_the_real_source_fails_the_check_when_a_type_only_circle_is_added(tmp_path: Path) -> None:
     # the package as it is, plus the type-only import back that made base.py's helpers one circle of files
-    package = tmp_path / PACKAGE
-    for path in (ROOT / PACKAGE).rglob("*.py"):
-        copy = package / path.relative_to(ROOT / PACKAGE)
-        copy.parent.mkdir(parents=True, exist_ok=True)
-        copy.write_text(path.read_text(encoding="utf-8"), encoding="utf-8")
+    package = _copy_of_the_package(tmp_path)
     interface = package / "algorithms" / "interface.py"
     interface.write_text(
         interface.read_text(encoding="utf-8")

@@ -31,7 +31,7 @@ from typing import Any, ClassVar, Final, NamedTuple
 import torch
 from torch import Tensor
 
-from lightning_episodes._arguments import bound_arguments, class_path
+from lightning_episodes._arguments import RemembersArguments, class_path
 from lightning_episodes.data.sampler import mix_seed
 
 __all__ = [
@@ -82,7 +82,7 @@ class TaskFeedback(NamedTuple):
     confusion: Tensor | None = None
 
 
-class TaskSampler(ABC):
+class TaskSampler(RemembersArguments, ABC):
     """Chooses the classes of each training episode (see the module's docstring).
 
     Subclasses implement :meth:`classes`; adaptive ones (``adaptive = True``) also :meth:`update`,
@@ -103,18 +103,6 @@ class TaskSampler(ABC):
     num_classes: int = 0
     ways: int = 0
     episodes_per_batch: int = 0
-
-    _init_args: dict[str, Any]
-
-    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
-        self = super().__new__(cls)
-        self._init_args = bound_arguments(cls, args, kwargs)
-        return self
-
-    @property
-    def init_args(self) -> dict[str, Any]:
-        """The constructor's arguments this sampler was built with, defaults included (a copy)."""
-        return dict(getattr(self, "_init_args", {}))
 
     def config(self) -> dict[str, Any]:
         """``{"class_path": ..., "init_args": ...}``: the sampler as a YAML config names it, in plain values (a path

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator, Mapping
 from importlib.metadata import entry_points
 from typing import Any, ClassVar, Final, Generic, TypeVar
 
-from lightning_episodes._arguments import bound_arguments, class_path, init_parameters
+from lightning_episodes._arguments import RemembersArguments, class_path, init_parameters
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -58,7 +58,7 @@ def accepted_options(cls: type, options: Mapping[str, Any]) -> dict[str, Any]:
     return {name: value for name, value in options.items() if name in parameters}
 
 
-class Component:
+class Component(RemembersArguments):
     """A part of the weighting built from its constructor's arguments, which it remembers.
 
     A subclass declares its options once, as typed ``__init__`` arguments with Google-style ``Args:`` (jsonargparse
@@ -70,18 +70,6 @@ class Component:
     #: Where a constructor argument takes the weighting callback's option of another name when the component is named
     #: (``RunningNormalizer``: ``{"decay": "running_decay"}``); the others take the option of their own name.
     callback_options: ClassVar[Mapping[str, str]] = {}
-
-    _init_args: dict[str, Any]
-
-    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
-        self = super().__new__(cls)
-        self._init_args = bound_arguments(cls, args, kwargs)
-        return self
-
-    @property
-    def init_args(self) -> dict[str, Any]:
-        """The constructor's arguments this instance was built with, defaults included (a copy)."""
-        return dict(getattr(self, "_init_args", {}))
 
     @classmethod
     def class_path(cls) -> str:
