@@ -11,8 +11,10 @@ import subprocess
 import sys
 import unicodedata
 import venv
+import warnings
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -245,3 +247,38 @@ def test_the_pip_quickstart_from_a_built_wheel_in_an_empty_folder(tmp_path: Path
     (record,) = run.glob("logs/version_*/test_results.json")
     assert (record.parent / "test_episodes.csv").is_file()
     assert sorted(p.name for p in work.iterdir()) == ["runs"]
+
+
+#: the five-training study's comparisons that the README's and the study page's answers quote: (baseline, treatment)
+STUDY_CELL = ROOT / "studies/scarce5/n60/glyphs_100_5w5s__protonet_cosine_conv4"
+_ARMS = ("uniform_online", "uniform_online_placebo", "uniform_online_scale", "uniform_online_self")
+QUOTED: dict[str, list[Any]] = {  # the page: its answer's heading, then the comparisons it quotes
+    "README.md": ["## Does uniform sampling help?", *(("baseline_online", arm) for arm in _ARMS)],
+    "docs/study.md": [
+        "## The answer (",
+        *(("baseline_online", arm) for arm in (*_ARMS, "uniform_offline")),
+        ("uniform_online_placebo", "uniform_online"),
+        ("uniform_online_scale", "uniform_online"),
+    ],
+}
+
+
+@pytest.mark.parametrize("page", sorted(QUOTED))
+def test_the_answers_numbers_are_the_records(page: str) -> None:
+    """The study's answer quotes each difference over trainings as ``compare`` gives it from the records (the mean of
+    the seed pairs' differences ± its 95% t interval): a training that lands and changes one fails this until the
+    text says so."""
+    from lightning_episodes.commands.compare import compare_scenario
+
+    heading, *quoted_comparisons = QUOTED[page]
+    text = (ROOT / page).read_text()
+    start = text.index(heading)
+    answer = text[start : text.index("\n## ", start + len(heading))]
+    for baseline, treatment in quoted_comparisons:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # seeds made on different processors, each pair on one (the plan's)
+            _, comparison, _ = compare_scenario(STUDY_CELL, baseline, treatment, seeds="tested")
+        difference = comparison.difference
+        assert difference.trainings == 5
+        quoted = f"{100 * difference.seed_mean:+.2f} ± {100 * difference.seed_ci95:.2f}"
+        assert quoted in answer, f"{page} does not quote {treatment} − {baseline} as {quoted}"
