@@ -7,18 +7,20 @@ from __future__ import annotations
 import ast
 import html
 import importlib.util
+import inspect
 import math
 import os
 import re
 import statistics
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
 import pytest
+import yaml
 from scipy import stats
 
 from tests.test_links import links
@@ -455,6 +457,68 @@ def test_a_study_table_is_generated_from_the_records(tmp_path: Path) -> None:
     assert page.endswith("\n\nAfter")
     with pytest.raises(ValueError, match="asks for table 'nope'"):
         tables.on_page_markdown("<!-- table nope -->", _page(), _config(tmp_path), None)
+
+
+def test_the_weighting_options_table_is_generated_from_the_callbacks_signature(tmp_path: Path) -> None:
+    """docs/hooks/study_tables.py: the guide's ``<!-- table weighting-options -->`` becomes a row per argument of the
+    callback's constructor, in its order, with its default (read back as YAML) and its docstring's text; those are
+    the options and defaults ``WeightingOptions`` holds. A docstring that misses an argument fails the build."""
+    from lightning_episodes.callbacks import DifficultyWeightingCallback, WeightingOptions
+
+    tables = _hook("study_tables")
+    guide = (ROOT / "docs" / "guides" / "weighting.md").read_text()
+    assert "<!-- table weighting-options -->" in guide
+    assert not re.search(r"^\| `(proposal|normalization|window)` \|", guide, flags=re.MULTILINE)  # no copy by hand
+    page = tables.on_page_markdown(
+        "Before\n\n<!-- table weighting-options -->\n\nAfter", _page(), _config(tmp_path), None
+    )
+    assert page.startswith("Before\n\n| option | default | what it does |\n|---|---|---|\n")
+    assert page.endswith("|\n\nAfter")
+    rows = [re.fullmatch(r"\| `(\w+)` \| `(.*?)` \| (.*) \|", line) for line in page.splitlines()[4:-2]]
+    shown = [(row[1], yaml.safe_load(row[2])) for row in rows if row]
+    assert len(shown) == len(rows)
+    declared = [(name, p.default) for name, p in inspect.signature(DifficultyWeightingCallback).parameters.items()]
+    assert shown == declared
+    assert shown == [(field.name, field.default) for field in fields(WeightingOptions)]
+    text = {row[1]: row[3] for row in rows if row}
+    assert text["decay"] == "`lambda` in `[0, 1)`, the weight of the old value in the online moving average."
+    target = '<autoref identifier="lightning_episodes.weighting.Target" optional><code>Target</code></autoref>'
+    assert text["target"].startswith(f"the target `p`: a {target} (in YAML `class_path` +")
+    assert "capped at `mean(w) sqrt(|B|)`, then self" in text["normalization"]  # a pipe in code stays
+
+
+def test_an_arguments_table_escapes_pipes_and_refuses_an_undocumented_argument() -> None:
+    tables = _hook("study_tables")
+
+    class Scaled:
+        """Scales.
+
+        Args:
+            factor: multiplies x by |factor|, see :func:`math.fsum`.
+            shift: added after ``|x|``
+                is taken.
+
+        Raises:
+            ValueError: never.
+        """
+
+        def __init__(self, factor: float = 2.0, shift: float | None = None) -> None:
+            pass
+
+    fsum = '<autoref identifier="math.fsum" optional><code>math.fsum</code></autoref>'
+    assert tables.arguments_table(Scaled).splitlines()[2:] == [
+        f"| `factor` | `2.0` | multiplies x by \\|factor\\|, see {fsum}. |",
+        "| `shift` | `null` | added after `|x|` is taken. |",
+    ]
+
+    class Undocumented(Scaled):  # its docstring is Scaled's
+        def __init__(self, factor: float = 2.0, shift: float | None = None, name: str = "") -> None:
+            pass
+
+    with pytest.raises(
+        ValueError, match=r"\['factor', 'shift', 'name'\] and the docstring's Args: \['factor', 'shift'\]"
+    ):
+        tables.arguments_table(Undocumented)
 
 
 def _record(run: Path, accuracies: list[float], arm: str) -> None:

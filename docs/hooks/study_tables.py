@@ -1,18 +1,24 @@
-"""MkDocs hook: the study's numbers as tables generated from its records when the site is built, where a page asks.
+"""MkDocs hook: tables generated when the site is built, where a page asks, so that no page copies them by hand.
 
 A page asks for a table with an HTML comment on a line of its own::
 
     <!-- table study-answers -->
 
 ``study-answers`` is a table of :data:`TABLES`. On the site the comment becomes the Markdown table; on the
-repository's file view it shows nothing. Each row is ``lightning-episodes compare`` of one arm against its baseline
-over the seeds where both were tested (:func:`~lightning_episodes.commands.compare.compare_scenario`), so the guides
-quote no number by hand and none goes stale when a training lands. An unknown table, or a row whose records cannot
-be compared, fails the build.
+repository's file view it shows nothing. An unknown table fails the build. The tables:
+
+- ``study-answers``: the study's numbers from its records. Each row is ``lightning-episodes compare`` of one arm
+  against its baseline over the seeds where both were tested
+  (:func:`~lightning_episodes.commands.compare.compare_scenario`), so the guides quote no number by hand and none
+  goes stale when a training lands; a row whose records cannot be compared fails the build.
+- ``weighting-options``: every option of the weighting callback, its default and what it does, from its
+  constructor's signature and its docstring's ``Args:`` (what ``--help`` shows): the one place the options are
+  declared. An argument that the docstring leaves out, or names without the signature, fails the build.
 """
 
 from __future__ import annotations
 
+import inspect
 import re
 import warnings
 from pathlib import Path
@@ -120,7 +126,82 @@ def answers_table(root: Path) -> str:
     return "\n".join(lines)
 
 
-TABLES = {"study-answers": answers_table}
+#: a Sphinx role in a docstring (``:class:`~a.b.C```): shown as ``C`` (``a.b.C`` without the ``~``), linked where the
+#: site documents it
+ROLE = re.compile(r":(?:class|func|meth|attr|data|mod|obj|exc|const):`(~?)([\w.]+)`")
+
+
+def _markdown(text: str) -> str:
+    """A docstring's reST on one line of a Markdown table: roles as optional links, ````code```` as ``code``,
+    a pipe outside code escaped."""
+
+    def link(match: re.Match[str]) -> str:
+        tilde, name = match.groups()
+        shown = name.rsplit(".", 1)[-1] if tilde else name
+        return f'<autoref identifier="{name}" optional><code>{shown}</code></autoref>'
+
+    parts = re.split(r"(`[^`]*`)", " ".join(text.split()).replace("``", "`"))
+    # a pipe ends a table's cell, except in code (as Python-Markdown reads a table)
+    text = "".join(part if part.startswith("`") else part.replace("|", "\\|") for part in parts)
+    return ROLE.sub(link, text)
+
+
+def docstring_arguments(cls: type) -> dict[str, str]:
+    """``{argument: its text}`` from the ``Args:`` section of ``cls``'s docstring (Google style, as jsonargparse
+    reads it for ``--help``), each text on one line."""
+    lines = (inspect.getdoc(cls) or "").splitlines()
+    if "Args:" not in lines:
+        return {}
+    arguments: dict[str, list[str]] = {}
+    for line in lines[lines.index("Args:") + 1 :]:
+        if line.strip() and not line.startswith("    "):  # the next section
+            break
+        entry = re.match(r"    (\w+): (.*)", line)
+        if entry:
+            arguments[entry[1]] = [entry[2]]
+        elif line.strip() and arguments:
+            arguments[next(reversed(arguments))].append(line.strip())
+    return {name: " ".join(text) for name, text in arguments.items()}
+
+
+def _yaml(value: object) -> str:
+    """A default as a YAML file writes it (``false``, ``null``, ``""``), so that ``yaml.safe_load`` reads it back."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    return '""' if value == "" else str(value)
+
+
+def arguments_table(cls: type) -> str:
+    """A row per argument of ``cls``'s constructor, in the signature's order: its name, its default and its
+    docstring's text.
+
+    Raises:
+        ValueError: if the docstring's ``Args:`` and the signature name different arguments.
+    """
+    parameters = list(inspect.signature(cls).parameters.values())
+    documented = docstring_arguments(cls)
+    if [p.name for p in parameters] != list(documented):
+        raise ValueError(
+            f"{cls.__name__}: the signature's arguments {[p.name for p in parameters]} and the docstring's Args: "
+            f"{list(documented)} differ: document each argument once, in the signature's order"
+        )
+    lines = ["| option | default | what it does |", "|---|---|---|"]
+    for parameter in parameters:
+        default = "" if parameter.default is inspect.Parameter.empty else f"`{_yaml(parameter.default)}`"
+        lines.append(f"| `{parameter.name}` | {default} | {_markdown(documented[parameter.name])} |")
+    return "\n".join(lines)
+
+
+def weighting_options_table(root: Path) -> str:
+    """:func:`arguments_table` of the weighting callback."""
+    from lightning_episodes.callbacks import DifficultyWeightingCallback
+
+    return arguments_table(DifficultyWeightingCallback)
+
+
+TABLES = {"study-answers": answers_table, "weighting-options": weighting_options_table}
 
 
 def on_page_markdown(markdown: str, page: Page, config: MkDocsConfig, files: Files, **kwargs: Any) -> str:

@@ -74,6 +74,10 @@ class WeightingOptions(Mapping[str, Any]):
     It is also a read-only mapping of the options as plain values, which is what a results record stores to tell
     runs apart: a component given by name is its name, one given as an object its ``{"class_path", "init_args"}``.
 
+    Its fields are the callback's arguments, in their order and with their defaults: the callback's signature declares
+    the options (jsonargparse reads it for the YAML keys and ``--help``, and the docs' table of options is generated
+    from it and its docstring), and a test fails where the two disagree.
+
     Raises:
         ValueError: for an option out of its range or unknown, naming the option and the allowed values
             (``proposal="online"/"offline"`` of older versions is told to use ``estimate``), or an option given both
@@ -127,6 +131,8 @@ class WeightingOptions(Mapping[str, Any]):
         for key in ("shuffle_weights", "log_grad_norm", "replacement"):
             if not isinstance(self[key], bool):
                 raise _invalid(key, self[key], "true or false")
+        if not isinstance(self.name, str):
+            raise _invalid("name", self.name, "a string")
         self._build_components()
         if self.mode == "resample" and type(self.components[2]) is not ESSNormalizer:
             raise ValueError(

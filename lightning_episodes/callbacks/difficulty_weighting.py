@@ -124,7 +124,8 @@ class DifficultyWeightingCallback(Callback):
         offline_episodes: training episodes the reference scores to fix ``q`` offline.
         histogram_every_n_steps: every N steps, the global batch's difficulties and weights go to
             TensorBoard as histograms (``weighting/difficulties``, ``weighting/weights``); 0 turns it off.
-        name: distinguishes the checkpointed state of several instances (see the tip).
+        name: distinguishes the checkpointed state of several instances: the checkpoint key is
+            ``"DifficultyWeightingCallback[<name>]"``, for subclasses too.
         mode: ``"reweight"`` (the paper's weighted loss) or ``"resample"`` (train on episodes chosen by weight).
         pool: ``k`` >= 2, candidate episodes per trained episode in ``"resample"`` (its scoring costs about ``k``
             forward passes without gradients per step).

@@ -3,6 +3,7 @@ logging, degenerate steps, checkpointed state and crash-and-resume equivalence."
 
 from __future__ import annotations
 
+import inspect
 import math
 import warnings
 from pathlib import Path
@@ -106,39 +107,53 @@ def test_state_key_is_literal_and_shared_by_subclasses() -> None:
     assert DifficultyWeightingCallback(decay=0.5, target="hard").state_key == "DifficultyWeightingCallback[]"
 
 
-@pytest.mark.parametrize(
-    ("options", "message"),
-    [
-        ({"target": "medium"}, "target must be one of"),
-        ({"decay": 1.0}, r"decay must be a number in \[0, 1\)"),
-        ({"decay": -0.1}, "decay"),
-        ({"warmup_steps": 1}, "warmup_steps must be an integer >= 2"),
-        ({"warmup_steps": 2.5}, "warmup_steps"),
-        ({"support_sigmas": 0.0}, "support_sigmas must be a finite number > 0"),
-        ({"support_sigmas": float("inf")}, "support_sigmas"),
-        ({"out_of_support": "drop"}, "out_of_support must be one of"),
-        ({"normalization": "mean"}, "normalization must be one of"),
-        ({"update": "step"}, "update must be one of"),
-        ({"proposal": "oracle"}, r"proposal must be one of \['normal', 'lognormal', 'empirical'\]"),
-        ({"proposal": "online"}, "proposal='online' is now estimate='online'"),
-        ({"proposal": "offline"}, "replace `proposal: offline` by `estimate: offline`"),
-        ({"estimate": "oracle"}, r"estimate must be one of \['online', 'offline'\]"),
-        ({"estimate": "offline"}, "estimate='offline' needs reference_checkpoint"),
-        ({"estimate": "offline", "reference_checkpoint": "x.ckpt", "offline_episodes": 1}, "offline_episodes"),
-        (
-            {"normalization": "clip"},
-            r"normalization must be one of \['ess', 'self', 'truncated', 'psis', 'running', 'scale'\]",
-        ),
-        ({"window": 5}, "window must be an integer >= 10"),
-        ({"running_decay": 1.0}, r"running_decay must be a number in \[0, 1\)"),
-        ({"shuffle_weights": "yes"}, "shuffle_weights must be true or false"),
-        ({"log_grad_norm": 1}, "log_grad_norm must be true or false"),
-        ({"seed": -1}, "seed must be an integer >= 0"),
-    ],
-)
+#: A bad value of every option (the first of each row's options; the others make it bad), and what the error says.
+INVALID: list[tuple[dict[str, Any], str]] = [
+    ({"target": "medium"}, "target must be one of"),
+    ({"decay": 1.0}, r"decay must be a number in \[0, 1\)"),
+    ({"decay": -0.1}, "decay"),
+    ({"warmup_steps": 1}, "warmup_steps must be an integer >= 2"),
+    ({"warmup_steps": 2.5}, "warmup_steps"),
+    ({"support_sigmas": 0.0}, "support_sigmas must be a finite number > 0"),
+    ({"support_sigmas": float("inf")}, "support_sigmas"),
+    ({"out_of_support": "drop"}, "out_of_support must be one of"),
+    ({"normalization": "mean"}, "normalization must be one of"),
+    ({"update": "step"}, "update must be one of"),
+    ({"proposal": "oracle"}, r"proposal must be one of \['normal', 'lognormal', 'empirical'\]"),
+    ({"proposal": "online"}, "proposal='online' is now estimate='online'"),
+    ({"proposal": "offline"}, "replace `proposal: offline` by `estimate: offline`"),
+    ({"estimate": "oracle"}, r"estimate must be one of \['online', 'offline'\]"),
+    ({"estimate": "offline"}, "estimate='offline' needs reference_checkpoint"),
+    ({"offline_episodes": 1, "estimate": "offline", "reference_checkpoint": "x.ckpt"}, "offline_episodes"),
+    ({"reference_checkpoint": "", "estimate": "offline"}, "estimate='offline' needs reference_checkpoint"),
+    (
+        {"normalization": "clip"},
+        r"normalization must be one of \['ess', 'self', 'truncated', 'psis', 'running', 'scale'\]",
+    ),
+    ({"window": 5}, "window must be an integer >= 10"),
+    ({"running_decay": 1.0}, r"running_decay must be a number in \[0, 1\)"),
+    ({"shuffle_weights": "yes"}, "shuffle_weights must be true or false"),
+    ({"log_grad_norm": 1}, "log_grad_norm must be true or false"),
+    ({"seed": -1}, "seed must be an integer >= 0"),
+    ({"histogram_every_n_steps": -1}, "histogram_every_n_steps must be an integer >= 0"),
+    ({"name": 3}, "name must be a string"),
+    ({"mode": "choose"}, r"mode must be one of \['reweight', 'resample'\]"),
+    ({"pool": 1}, "pool must be an integer >= 2"),
+    ({"replacement": "no"}, "replacement must be true or false"),
+]
+
+
+@pytest.mark.parametrize(("options", "message"), INVALID)
 def test_invalid_arguments_are_named(options: dict[str, Any], message: str) -> None:
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(ValueError, match=message) as raised:
         DifficultyWeightingCallback(**options)
+    assert next(iter(options)) in str(raised.value)  # the message names the bad option
+
+
+def test_every_option_has_a_bad_value_above() -> None:
+    """An option added to the callback needs its check and a row of :data:`INVALID`."""
+    checked = {next(iter(options)) for options, _ in INVALID}
+    assert checked == set(inspect.signature(DifficultyWeightingCallback).parameters)
 
 
 def test_curriculum_needs_max_steps() -> None:
@@ -496,11 +511,6 @@ def test_logs_only_on_the_steps_the_logger_writes_the_same_values() -> None:
     assert [s.step for s in runs[3][2].steps] == list(range(7))
     assert float(runs[3][3].callback_metrics["weighting/mu"]) == sparse[5]["weighting/mu"]
     assert sparse[5]["weighting/mu"] != dense[6]["weighting/mu"]
-
-
-def test_histogram_interval_is_validated() -> None:
-    with pytest.raises(ValueError, match="histogram_every_n_steps"):
-        DifficultyWeightingCallback(histogram_every_n_steps=-1)
 
 
 @pytest.mark.filterwarnings("ignore:Checkpoint directory .* exists and is not empty")

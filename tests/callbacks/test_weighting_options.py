@@ -5,6 +5,7 @@ logged, a misfitting proposal is named; and the console script accepts and check
 from __future__ import annotations
 
 import csv
+import dataclasses
 import math
 import re
 import subprocess
@@ -22,7 +23,7 @@ from pytorch_lightning.callbacks import Callback
 
 from lightning_episodes import ProtoNet
 from lightning_episodes.algorithms.base import EpisodeOutput
-from lightning_episodes.callbacks import DifficultyWeightingCallback
+from lightning_episodes.callbacks import DifficultyWeightingCallback, WeightingOptions
 from lightning_episodes.data import Episode
 from lightning_episodes.weighting import (
     DifficultyEstimator,
@@ -263,6 +264,17 @@ def test_options_list_every_constructor_argument_as_plain_values() -> None:
     assert all(value is None or type(value) in (str, int, float, bool) for value in callback.options.values())
     assert (callback.options["proposal"], callback.options["normalization"]) == ("empirical", "psis")
     assert (callback.options["estimate"], callback.options["reference_checkpoint"]) == ("online", "r")
+
+
+def test_the_options_are_the_constructors_arguments_with_its_defaults() -> None:
+    """The constructor's signature declares the options (jsonargparse reads it for the YAML keys and ``--help``, the
+    docs for their table); ``WeightingOptions`` holds the same ones, in the same order, with the same defaults."""
+    import inspect
+
+    signature = inspect.signature(DifficultyWeightingCallback).parameters.values()
+    declared = [(parameter.name, parameter.default) for parameter in signature]
+    assert [(field.name, field.default) for field in dataclasses.fields(WeightingOptions)] == declared
+    assert dict(WeightingOptions()) == dict(DifficultyWeightingCallback().options) == dict(declared)
 
 
 class WeightedLossRecorder(Callback):
