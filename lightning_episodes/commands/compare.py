@@ -185,6 +185,17 @@ class Untested(FileNotFoundError):
     is left out, said on stderr)."""
 
 
+class UnknownSetting(ValueError):
+    """A name of ``--differing`` that is no setting of a row's runs (:attr:`name`)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(
+            f"--differing {name}: no setting of the runs' training protocols is {name} or under it (they are "
+            "named as in the runs' config.yaml: model.optimizer.lr, data.train_images_per_class, ...)"
+        )
+        self.name = name
+
+
 class UnreadableRecords(ValueError):
     """The test records of a row that cannot be read (``records``: each an
     :class:`~lightning_episodes.evaluation.record.UnreadableRecord`, naming its file)."""
@@ -301,17 +312,15 @@ def _check_protocols(
     how: ``ProtoNet (cosine); treatment optimizer=adam(lr=0.0007), baseline optimizer=adam(lr=0.001)``).
 
     Raises:
-        ValueError: naming two runs that break this, or a name of ``differing`` that is no setting of theirs.
+        ValueError: naming two runs that break this.
+        UnknownSetting: for a name of ``differing`` that is no setting of theirs.
     """
     results = [*baseline, *treatment]
     first = results[0]
     settings = {key for result in results for key, _ in result.protocol}
     for name in differing:
         if not any(_under(key, name) for key in settings):
-            raise ValueError(
-                f"--differing {name}: no setting of the runs' training protocols is {name} or under it (they are "
-                "named as in the runs' config.yaml: model.optimizer.lr, data.train_images_per_class, ...)"
-            )
+            raise UnknownSetting(name)
     for result in results[1:]:
         if (result.column, result.row.algorithm) != (first.column, first.row.algorithm):
             raise ValueError(
@@ -328,6 +337,23 @@ def _check_protocols(
         return first.row.algorithm
     labels = distinguishing_settings([treatment[0].protocol, baseline[0].protocol])
     return f"{first.row.algorithm}; treatment {labels[0]}, baseline {labels[1]}"
+
+
+def _row(
+    scenario: Path, treatment: str, args: Any, device: str | torch.device
+) -> tuple[RunResult, Comparison, list[UnreadableRecord], set[str]]:
+    """:func:`compare_scenario` of one row with the names of ``--differing`` that are settings of its runs (a family of
+    treatments may each differ from the baseline in a setting of its own), and those names."""
+    differing = list(args.differing)
+    while True:
+        try:
+            first, comparison, skipped = compare_scenario(
+                scenario, args.baseline, treatment, args.episodes, device, args.seeds, args.baseline_from,
+                differing, args.skip_unreadable,
+            )  # fmt: skip
+            return first, comparison, skipped, set(differing)
+        except UnknownSetting as error:
+            differing.remove(error.name)
 
 
 def _same_processor(scenario: Path, pair: Sequence[RunResult]) -> None:
@@ -496,20 +522,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     _, folders = relative_labels(args.scenarios)
     rows: list[tuple[RunResult, Comparison]] = []
     unreadable: list[UnreadableRecord] = []
+    unused = set(args.differing)  # each name of --differing must be a setting of some row's runs
     try:
         for scenario, folder in zip(args.scenarios, folders, strict=True):
             for treatment in treatments:
                 try:
-                    first, comparison, skipped = compare_scenario(
-                        scenario, args.baseline, treatment, args.episodes, device, args.seeds, args.baseline_from,
-                        args.differing, args.skip_unreadable,
-                    )  # fmt: skip
+                    first, comparison, skipped, named = _row(scenario, treatment, args, device)
                 except Untested as untested:  # --seeds tested: a row only where both arms were tested
                     print(f"[compare] no row: {untested}", file=sys.stderr)
                     continue
                 except UnreadableRecords as error:  # every row's are named, not the first one's alone
                     unreadable.extend(error.records)
                     continue
+                unused -= named
                 unreadable.extend(skipped)
                 rows.append((first, replace(comparison, folder=folder)))
         # the baseline's records are every treatment's: each named once
@@ -518,6 +543,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return refuse_unreadable("compare", unreadable)
         if not rows:
             raise FileNotFoundError(f"no scenario holds {args.baseline} and {' or '.join(treatments)} tested")
+        if unused:
+            raise UnknownSetting(next(name for name in args.differing if name in unused))
     except (FileNotFoundError, ValueError) as error:
         print(f"lightning-episodes compare: error: {error}", file=sys.stderr)
         return 2

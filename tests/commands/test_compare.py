@@ -753,3 +753,19 @@ def test_compare_draws_a_forest_plot_of_the_rows(tmp_path: Path, capsys: pytest.
         assert min(image.size) > 300
     assert entry([*command, "--forest", str(tmp_path)]) == 2
     assert "--forest" in capsys.readouterr().err
+
+
+def test_a_family_of_treatments_each_differing_in_a_setting_of_its_own(capsys: pytest.CaptureFixture[str]) -> None:
+    """The study's regulariser family: weight decay and label smoothing each differ from the baseline in one setting,
+    which is no setting of the other's runs; one ``--differing`` names both, each row frees only its own, and a name
+    that is a setting of no row is still refused."""
+    cell = ROOT / "studies/scarce5/n60_regularisers/glyphs_100_5w5s__protonet_cosine_conv4"
+    command = ["compare", str(cell), "--seeds", "[0]", "--treatment", "weight_decay", "label_smoothing"]
+    assert run_tool([*command, "--differing", "[model.optimizer.weight_decay,model.label_smoothing]"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| Glyphs-100")]
+    assert [row.split(" | ")[2] for row in rows] == ["weight_decay", "label_smoothing"]
+    assert run_tool([*command, "--differing", "[model.optimizer.weight_decay]"]) == 2  # label smoothing not freed
+    assert "name what differs: --differing model.label_smoothing" in capsys.readouterr().err
+    typo = "[model.optimizer.weight_decay,model.label_smoothing,model.label_smothing]"
+    assert run_tool([*command, "--differing", typo]) == 2
+    assert "--differing model.label_smothing: no setting of the runs' training protocols" in capsys.readouterr().err
