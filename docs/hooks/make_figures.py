@@ -24,14 +24,16 @@ DIFFICULTY_RECORD = "studies/paper_gpu/step/glyphs_100_5w1s__protonet_euclidean_
 #: the study whose records the study figure shows (docs/study.md, the data-scarce split)
 SCARCE_STUDY = "studies/scarce/n60"
 #: the five-training study of the data-scarce cosine cell (studies/scarce5/PLAN.md): its folder, its cell, and per
-#: family the scenario folder, the baseline arm, the treatments and the settings in which they may differ from it
+#: family the scenario folder, the baseline arm, and each treatment with the settings in which it differs from it
 SCARCE5 = "studies/scarce5"
 SCARCE5_CELL = "glyphs_100_5w5s__protonet_cosine_conv4"
-SCARCE5_FAMILIES: tuple[tuple[str, str, tuple[str, ...], tuple[str, ...]], ...] = (
-    ("n60", "baseline_online", ("uniform_online", "uniform_online_placebo", "uniform_online_self",
-                                "uniform_online_scale", "uniform_offline"), ()),
-    ("n60_regularisers", "baseline_online", ("weight_decay", "label_smoothing", "augmentation", "task_interpolation"),
-     ("model.optimizer.weight_decay", "model.label_smoothing", "data.augment", "data.task_interpolation")),
+SCARCE5_FAMILIES: tuple[tuple[str, str, dict[str, tuple[str, ...]]], ...] = (
+    ("n60", "baseline_online", dict.fromkeys(("uniform_online", "uniform_online_placebo", "uniform_online_self",
+                                              "uniform_online_scale", "uniform_offline"), ())),
+    ("n60_regularisers", "baseline_online", {"weight_decay": ("model.optimizer.weight_decay",),
+                                             "label_smoothing": ("model.label_smoothing",),
+                                             "augmentation": ("data.augment",),
+                                             "task_interpolation": ("data.task_interpolation",)}),
 )  # fmt: skip
 #: the embedded datasets of the dataset figure, and the characters rendered for one whose cache is not on disk
 EMBEDDED = ("glyphs", "glyphs-hard", "glyphs-100")
@@ -291,9 +293,9 @@ def scarce5_forest(root: Path) -> Figure:
     from lightning_episodes.commands.compare import Untested, compare_scenario
 
     comparisons = []
-    for folder, baseline, treatments, differing in SCARCE5_FAMILIES:
+    for folder, baseline, treatments in SCARCE5_FAMILIES:
         scenario = root / SCARCE5 / folder / SCARCE5_CELL
-        for treatment in treatments if scenario.is_dir() else ():
+        for treatment, differing in treatments.items() if scenario.is_dir() else ():
             try:
                 _, comparison, _ = compare_scenario(scenario, baseline, treatment, seeds="tested", differing=differing)
             except Untested:
