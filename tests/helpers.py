@@ -82,3 +82,12 @@ class SmallNet(nn.Module):
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         return self.pool(torch.relu(self.norm(self.conv(images)))).flatten(1)
+
+
+def assert_same_evaluation_episodes(a: Any, b: Any) -> None:
+    """Two data modules give the same validation and test episodes (classes, support and query images)."""
+    for loader in ("val_dataloader", "test_dataloader"):
+        for x, y in zip(getattr(a, loader)(), getattr(b, loader)(), strict=True):
+            assert torch.equal(x.identity.classes, y.identity.classes)
+            assert torch.equal(x.identity.support_indices, y.identity.support_indices)
+            assert torch.equal(x.identity.query_indices, y.identity.query_indices)

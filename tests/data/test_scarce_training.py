@@ -17,7 +17,7 @@ from lightning_episodes.cli import main
 from lightning_episodes.data.sampler import keep_per_class
 from lightning_episodes.testing import decode_rows, tiny_dataset
 from tests.callbacks.helpers import CrashAt
-from tests.helpers import tiny_datamodule, tiny_trainer
+from tests.helpers import assert_same_evaluation_episodes, tiny_datamodule, tiny_trainer
 
 STEPS = 60  # 240 episodes of 5 of the 12 training classes: every class ~100 times, so every kept image is drawn
 
@@ -68,11 +68,7 @@ def test_keeping_every_image_is_the_default_bit_for_bit() -> None:
 
 def test_validation_and_test_episodes_are_untouched() -> None:
     scarce, default = set_up(train_images_per_class=5), set_up()
-    for loader in ("val_dataloader", "test_dataloader"):
-        for a, b in zip(getattr(scarce, loader)(), getattr(default, loader)(), strict=True):
-            assert torch.equal(a.identity.classes, b.identity.classes)
-            assert torch.equal(a.identity.support_indices, b.identity.support_indices)
-            assert torch.equal(a.identity.query_indices, b.identity.query_indices)
+    assert_same_evaluation_episodes(scarce, default)
 
 
 def test_the_images_depend_on_the_data_seed_alone() -> None:

@@ -20,7 +20,7 @@ from lightning_episodes.data import AdaptiveTaskSampler, NoDiversityTasksPerBatc
 from lightning_episodes.data.sampler import CLASS_SUBSET_SEED, mix_seed
 from lightning_episodes.testing import decode_rows
 from tests.data.test_scarce_training import drawn_rows
-from tests.helpers import tiny_datamodule, tiny_trainer
+from tests.helpers import assert_same_evaluation_episodes, tiny_datamodule, tiny_trainer
 
 #: the tiny dataset's training split is classes 0-11; these six come first in the fixed order of the class ids
 KEPT_SIX = [2, 3, 5, 8, 9, 11]
@@ -70,11 +70,7 @@ def test_smaller_subsets_are_nested_and_every_class_is_the_default_bit_for_bit()
 
 def test_validation_and_test_episodes_are_untouched() -> None:
     subset, default = set_up(train_classes=5), set_up()
-    for loader in ("val_dataloader", "test_dataloader"):
-        for a, b in zip(getattr(subset, loader)(), getattr(default, loader)(), strict=True):
-            assert torch.equal(a.identity.classes, b.identity.classes)
-            assert torch.equal(a.identity.support_indices, b.identity.support_indices)
-            assert torch.equal(a.identity.query_indices, b.identity.query_indices)
+    assert_same_evaluation_episodes(subset, default)
 
 
 def test_dataloader_workers_draw_the_same_classes() -> None:
