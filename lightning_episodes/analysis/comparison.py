@@ -1,5 +1,6 @@
-"""The table of a sampling study's comparisons: each treatment against one baseline, led by the interval over
-trainings, with a family correction (Holm's step-down procedure) over the treatments of each cell.
+"""The table of a sampling study's comparisons: each treatment against one baseline (and contrasts between two
+treatment arms), led by the interval over trainings, with a family correction (Holm's step-down procedure) over the
+rows of each cell.
 
 A claim about trainings needs the interval over trainings: the Student-t interval of the seed pairs' mean
 difference, with ``k − 1`` degrees of freedom (``k = 3``: t = 4.30, not 1.96). The paired per-episode interval holds
@@ -76,7 +77,7 @@ def holm(pvalues: Sequence[float]) -> list[float]:
 
 @dataclass(frozen=True)
 class Comparison:
-    """One treatment against the baseline in one cell (a scenario folder): a row of :func:`comparison_markdown`.
+    """One treatment against a baseline in one cell (a scenario folder): a row of :func:`comparison_markdown`.
 
     Args:
         folder: the cell's folder, relative to the study's (:func:`relative_labels`).
@@ -87,6 +88,7 @@ class Comparison:
         treatment_cell: the treatment arm's.
         difference: their paired difference, treatment − baseline.
         seeds: the seeds paired (``seed0``, ...), in the order of :attr:`PairedDifference.seed_differences`.
+        baseline: the baseline arm's run folder name (``""``: unnamed; a table of one baseline names it in a heading).
     """
 
     folder: str
@@ -97,6 +99,12 @@ class Comparison:
     treatment_cell: Cell
     difference: PairedDifference
     seeds: tuple[str, ...]
+    baseline: str = ""
+
+    def label(self, with_baseline: bool = False) -> str:
+        """The row's name: its treatment, or with ``with_baseline`` its treatment − its baseline
+        (``uniform_online − uniform_online_placebo``), for a table whose rows have different baselines."""
+        return f"{self.treatment} − {self.baseline}" if with_baseline else self.treatment
 
     @property
     def over_trainings(self) -> bool:
@@ -182,10 +190,15 @@ def _cells(comparison: Comparison, adjusted: float | None, correction: Correctio
 
 
 def comparison_header(
-    comparisons: Sequence[Comparison], correction: Correction, family: str | None, treatments: int
+    comparisons: Sequence[Comparison],
+    correction: Correction,
+    family: str | None,
+    treatments: int,
+    baselines: bool = False,
 ) -> str:
     """The line above the table naming the family and its correction (``""`` with neither): which p is adjusted,
-    and over how many tests in each cell."""
+    and over how many tests in each cell (``treatments``: the rows named; ``baselines``: the rows have different
+    baselines, each named in its row, so the family is the cell's comparisons, not its treatments)."""
     if correction == "none" and family is None:
         return ""
     name = f"Family {family}" if family is not None else "Family"
@@ -196,9 +209,14 @@ def comparison_header(
     }
     counted = ", ".join(f"m = {m} in {folder}" for folder, m in sizes.items())
     missing = any(m < treatments for m in sizes.values())
-    short = f" (of the {treatments} treatments named, those with a row)" if missing else ""
+    rows = "comparisons" if baselines else "treatments"
+    notes = [
+        *(["each row its treatment − its baseline"] if baselines else []),
+        *([f"of the {treatments} {rows} named, those with a row"] if missing else []),
+    ]
+    short = f" ({'; '.join(notes)})" if notes else ""
     return (
-        f"{name}: Holm's step-down correction over the treatments of each cell{short}: {counted}. p (Holm) adjusts "
+        f"{name}: Holm's step-down correction over the {rows} of each cell{short}: {counted}. p (Holm) adjusts "
         "each row's p over trainings (the one-sample t-test of its seed pairs' differences), or, in a row of one "
         'seed, its p over test episodes (marked "test episodes", with that raw p), beside the raw p.\n\n'
     )
@@ -211,6 +229,7 @@ def comparison_markdown(
     correction: Correction = "none",
     family: str | None = None,
     treatments: Sequence[str] = (),
+    baselines: bool = False,
 ) -> str:
     """The comparisons as a Markdown table with its header (:func:`comparison_header`) and legend.
 
@@ -220,21 +239,26 @@ def comparison_markdown(
         several: whether a column names each row's treatment (several treatments).
         correction: ``"holm"``: a ``p (Holm)`` column beside the raw p (:func:`adjusted_pvalues`).
         family: the family's name, printed in the header.
-        treatments: the treatments named (default: those of ``comparisons``): a cell with fewer rows is said to be
-            corrected over those it has.
+        treatments: the rows named, each as its row names it (:meth:`Comparison.label`; default: those of
+            ``comparisons``): a cell with fewer rows is said to be corrected over those it has.
+        baselines: the rows have different baselines (a contrast between two treatment arms beside the treatments
+            against the baseline): the column ``Treatment − baseline`` names both arms of each row
+            (``uniform_online − uniform_online_placebo``); ``several`` is implied.
     """
     adjusted = adjusted_pvalues(comparisons, correction)
     holm_column = ["p (Holm)"] if correction != "none" else []
-    headings = ["Scenario", "Algorithm", *(["Treatment"] if several else []), "Over trainings (pp)", "p",
+    several = several or baselines
+    named_column = "Treatment − baseline" if baselines else "Treatment"
+    headings = ["Scenario", "Algorithm", *([named_column] if several else []), "Over trainings (pp)", "p",
                 *holm_column, "Per-seed differences (pp)", "Over test episodes only (pp)", "p (test episodes)",
                 *arm_columns, "Episodes"]  # fmt: skip
     alignment = ["---"] * (3 if several else 2) + ["---:"] * (2 + len(holm_column)) + ["---", "---:", "---:"]
     alignment += ["---:"] * (len(arm_columns) + 1)
     lines = ["| " + " | ".join(headings) + " |", "|" + "|".join(alignment) + "|"]
     for i, comparison in enumerate(comparisons):
-        labels = [comparison.scenario, comparison.algorithm, *([comparison.treatment] if several else [])]
+        labels = [comparison.scenario, comparison.algorithm, *([comparison.label(baselines)] if several else [])]
         entries = _cells(comparison, None if adjusted is None else adjusted[i], correction)
         lines.append("| " + " | ".join([*labels, *entries]) + " |")
-    named = len(dict.fromkeys([*treatments, *(c.treatment for c in comparisons)]))
-    header = comparison_header(comparisons, correction, family, named)
+    named = len(dict.fromkeys([*treatments, *(c.label(baselines) for c in comparisons)]))
+    header = comparison_header(comparisons, correction, family, named, baselines)
     return header + "\n".join(lines) + "\n\n" + LEGEND + "\n"

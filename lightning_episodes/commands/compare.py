@@ -5,6 +5,15 @@ seed pairs), then over test episodes only (paired per episode)::
     lightning-episodes compare runs/study/glyphs_5w1s__protonet_euclidean_conv4 \\
         runs/study/glyphs_5w5s__protonet_euclidean_conv4 --baseline baseline_online --treatment uniform_online
 
+A study plan's family of tests may hold contrasts between two treatment arms beside the treatments against the
+baseline; ``--contrast TREATMENT:BASELINE`` adds them to each scenario's rows, and ``--correction holm`` adjusts over
+all of them (``studies/scarce5/PLAN.md``'s family M: four arms against the baseline, the uniform arm against two)::
+
+    lightning-episodes compare studies/scarce5/n60/glyphs_100_5w5s__protonet_cosine_conv4 --seeds tested \\
+        --treatment uniform_online_placebo uniform_online_self uniform_online_scale uniform_offline \\
+        --contrast uniform_online:uniform_online_placebo uniform_online:uniform_online_scale \\
+        --correction holm --family M
+
 Each run's per-episode test scores are its test's ``test_episodes.csv`` (written beside ``test_results.json`` by the
 test itself); a run tested without one (by an older version) has its best checkpoint scored on the test episodes
 once, and the table cached there. The statistics are :func:`~lightning_episodes.analysis.paired_difference`'s, the
@@ -300,6 +309,7 @@ def compare_scenario(
         treatment_cell=combine(arms["treatment"][1]),
         difference=difference,
         seeds=tuple(seed.name for seed in folders),
+        baseline=baseline,
     )
     return first, comparison, unreadable
 
@@ -340,15 +350,16 @@ def _check_protocols(
 
 
 def _row(
-    scenario: Path, treatment: str, args: Any, device: str | torch.device
+    scenario: Path, treatment: str, baseline: str, args: Any, device: str | torch.device
 ) -> tuple[RunResult, Comparison, list[UnreadableRecord], set[str]]:
-    """:func:`compare_scenario` of one row with the names of ``--differing`` that are settings of its runs (a family of
-    treatments may each differ from the baseline in a setting of its own), and those names."""
+    """:func:`compare_scenario` of one row, ``treatment`` − ``baseline`` (``--baseline``, or a contrast's), with the
+    names of ``--differing`` that are settings of its runs (a family of treatments may each differ from the baseline
+    in a setting of its own), and those names."""
     differing = list(args.differing)
     while True:
         try:
             first, comparison, skipped = compare_scenario(
-                scenario, args.baseline, treatment, args.episodes, device, args.seeds, args.baseline_from,
+                scenario, baseline, treatment, args.episodes, device, args.seeds, args.baseline_from,
                 differing, args.skip_unreadable,
             )  # fmt: skip
             return first, comparison, skipped, set(differing)
@@ -401,17 +412,62 @@ def _same_protocol(
     )
 
 
+def parse_contrasts(items: Sequence[str], baseline: str, treatments: Sequence[str]) -> list[tuple[str, str]]:
+    """The ``(treatment, baseline)`` arms of each ``--contrast TREATMENT:BASELINE``, in order, each once (an item
+    repeated is taken once, as a repeated ``--treatment`` is).
+
+    Args:
+        items: the ``--contrast`` items.
+        baseline: ``--baseline``, the baseline of the ``treatments``' rows.
+        treatments: the ``--treatment`` arms.
+
+    Raises:
+        ValueError: in one line naming the item, for one without exactly one ``:`` or with an empty side, one whose
+            sides are the same arm, or one that is a treatment's row against ``--baseline``, or reverses it or another
+            contrast (the same test counted twice in the family).
+
+    Example::
+
+        >>> parse_contrasts(["uniform_online:uniform_online_placebo"], "baseline_online", ["uniform_online_placebo"])
+        [('uniform_online', 'uniform_online_placebo')]
+    """
+    rows = {(treatment, baseline): f"the row of --treatment {treatment} (against --baseline {baseline})"
+            for treatment in treatments}  # fmt: skip
+    contrasts: list[tuple[str, str]] = []
+    for item in items:
+        sides = item.split(":")
+        if len(sides) != 2 or not all(sides):
+            raise ValueError(
+                f"--contrast {item}: a contrast is TREATMENT:BASELINE, two run folders of the scenario joined by one "
+                "':' (e.g. uniform_online:uniform_online_placebo)"
+            )
+        treatment, against = sides
+        if (treatment, against) in contrasts:
+            continue
+        if treatment == against:
+            raise ValueError(f"--contrast {item}: its treatment is its baseline; name two different arms")
+        for pair, reversed_ in (((treatment, against), ""), ((against, treatment), " reversed")):
+            if pair in rows:
+                raise ValueError(f"--contrast {item} is {rows[pair]}{reversed_}: the family would count it twice")
+        rows[treatment, against] = f"--contrast {treatment}:{against}"
+        contrasts.append((treatment, against))
+    return contrasts
+
+
 DESCRIPTION = """\
 Test-accuracy difference of sampling schemes against a baseline, per scenario: each scenario folder holds
 seed<N>/<scheme>/ runs (as scripts/run_scenario.py lays them out); one Markdown row per scenario and
 treatment, led by the difference over trainings (paired by seed: the mean of the seed pairs' differences
 with its 95% t interval and one-sample t-test p, k - 1 degrees of freedom), then the per-seed differences,
 then the paired per-episode difference, which covers test episodes only, then each arm's accuracy.
---correction holm adds Holm's adjusted p over the treatments of each scenario (--family names the family);
---forest draws the differences. Arms trained differently (in any setting, precision included) are refused
-unless --differing names the setting; a seed pair made on two processors is warned about. A test record
-that cannot be read stops it, each such record named; --skip-unreadable leaves out the seeds of such
-records instead, naming each under the table.
+--contrast TREATMENT:BASELINE adds a row per scenario of two of its arms (e.g. two treatments), computed
+as the others; where rows have different baselines, each row names both arms (TREATMENT − BASELINE) and
+the accuracy columns are headed baseline and treatment. Without --treatment, --contrast gives its rows
+alone. --correction holm adds Holm's adjusted p over the rows of each scenario, its treatments and
+contrasts together (--family names the family); --forest draws the differences. Arms trained differently
+(in any setting, precision included) are refused unless --differing names the setting; a seed pair made
+on two processors is warned about. A test record that cannot be read stops it, each such record named;
+--skip-unreadable leaves out the seeds of such records instead, naming each under the table.
 
 examples:
   lightning-episodes compare runs/study/glyphs_5w1s__protonet_euclidean_conv4 \\
@@ -419,6 +475,11 @@ examples:
   lightning-episodes compare runs/scarce/glyphs_100_5w5s__protonet_cosine_conv4 --seeds tested \\
       --treatment uniform_online uniform_resample baseline_online__hard_task_mining \\
       --correction holm --family M --forest forest.png --markdown compare.md
+  # a study plan's family of six tests as one command: four arms - the baseline, and two contrasts
+  lightning-episodes compare studies/scarce5/n60/glyphs_100_5w5s__protonet_cosine_conv4 --seeds tested \\
+      --treatment uniform_online_placebo uniform_online_self uniform_online_scale uniform_offline \\
+      --contrast uniform_online:uniform_online_placebo uniform_online:uniform_online_scale \\
+      --correction holm --family M
   # the same cell's baseline at another learning rate, paired with the baseline at the usual one
   lightning-episodes compare runs/scarce_lr7e-4/glyphs_100_5w5s__protonet_cosine_conv4 --seeds [0] \\
       --baseline-from runs/scarce/glyphs_100_5w5s__protonet_cosine_conv4 --treatment baseline_online \\
@@ -430,9 +491,25 @@ def parser() -> Any:
     """The ``compare`` parser."""
     parser = command_parser("compare", DESCRIPTION)
     parser.add_argument("scenarios", nargs="+", type=Path, help="scenario folders of scripts/run_scenario.py")
-    parser.add_argument("--baseline", type=str, default="baseline_online", help="run folder of the baseline arm")
     parser.add_argument(
-        "--treatment", type=str, nargs="+", default=["uniform_online"], help="run folders of the treatment arms"
+        "--baseline", type=str, default="baseline_online", help="run folder of the baseline arm of the --treatment rows"
+    )
+    parser.add_argument(
+        "--treatment",
+        type=str,
+        nargs="+",
+        default=None,
+        help="run folders of the treatment arms, each a row against --baseline (default: uniform_online, unless "
+        "--contrast is given: then only the arms named here)",
+    )
+    parser.add_argument(
+        "--contrast",
+        type=str,
+        nargs="+",
+        default=[],
+        help="TREATMENT:BASELINE, two run folders of each scenario, e.g. uniform_online:uniform_online_placebo: a row "
+        "of TREATMENT - BASELINE, paired by seed as the --treatment rows are and in their family for --correction "
+        "(not with --baseline-from: a contrast takes both arms from the scenario folder)",
     )
     parser.add_argument("--episodes", type=int | None, default=None, help="test episodes (default: each run's own)")
     parser.add_argument(
@@ -447,7 +524,8 @@ def parser() -> Any:
         type=Path | None,
         default=None,
         help="another scenario folder whose seed<N>/<--baseline> runs are the baseline arm, the same seeds as each "
-        "scenario's (e.g. the same cell trained at another learning rate; name what differs with --differing)",
+        "scenario's (e.g. the same cell trained at another learning rate; name what differs with --differing); not "
+        "with --contrast, whose arms are both the scenario's",
     )
     parser.add_argument(
         "--differing",
@@ -461,8 +539,9 @@ def parser() -> Any:
         "--correction",
         type=Correction,
         default="none",
-        help="a family correction over the treatments of each scenario: holm (Holm's step-down adjusted p beside "
-        "the raw p: over trainings with two or more seeds, else over test episodes), or none",
+        help="a family correction over the rows of each scenario (its treatments and contrasts): holm (Holm's "
+        "step-down adjusted p beside the raw p: over trainings with two or more seeds, else over test episodes), or "
+        "none",
     )
     parser.add_argument(
         "--family", type=str | None, default=None, help="the family's name (a study plan's), printed in the header"
@@ -471,8 +550,8 @@ def parser() -> Any:
         "--forest",
         type=Path | None,
         default=None,
-        help="also draw every treatment - baseline with its 95% interval over trainings (a forest plot: PNG, PDF, "
-        "SVG); one-seed rows with their interval over test episodes, in a marker of their own",
+        help="also draw every treatment - baseline (and contrast) with its 95% interval over trainings (a forest "
+        "plot: PNG, PDF, SVG); one-seed rows with their interval over test episodes, in a marker of their own",
     )
     add_skip_unreadable_argument(parser)
     add_device_argument(parser)
@@ -480,7 +559,8 @@ def parser() -> Any:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``lightning-episodes compare SCENARIO_DIR... [--baseline NAME] [--treatment NAME...] [--episodes N]
+    """``lightning-episodes compare SCENARIO_DIR... [--baseline NAME] [--treatment NAME...]
+    [--contrast TREATMENT:BASELINE...] [--episodes N]
     [--seeds N...|tested] [--baseline-from SCENARIO_DIR] [--differing SETTING...] [--markdown PATH]
     [--correction none|holm] [--family NAME] [--forest PATH] [--skip-unreadable] [--device DEVICE]``.
 
@@ -491,8 +571,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     (:func:`~lightning_episodes.analysis.comparison.comparison_markdown`): first the difference over trainings
     (treatment − baseline paired by seed, its t interval and p over the seed pairs; with one seed, none), then the
     per-seed differences, then the paired per-episode difference with its interval and p, which cover test episodes
-    only, then each arm's accuracy over seeds. ``--correction holm`` adds each row's Holm-adjusted p within its
-    scenario's treatments; ``--forest`` draws the rows
+    only, then each arm's accuracy over seeds. Each ``--contrast TREATMENT:BASELINE`` adds a row per scenario of
+    those two arms, computed as the treatments' are (``--treatment`` then defaults to none, not ``uniform_online``);
+    where rows have different baselines, each row names both arms. ``--correction holm`` adds each row's
+    Holm-adjusted p within its scenario's rows, treatments and contrasts together; ``--forest`` draws the rows
     (:func:`~lightning_episodes.analysis.forest.plot_forest`). A test record that cannot be read stops it, every
     such record named; with ``--skip-unreadable`` the seeds where an arm's record cannot be read are left out of
     their row, each record named under the table. A seed pair made on two processors is said in a warning.
@@ -505,18 +587,32 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     Raises:
         argparse.ArgumentError: for an unknown option or a value of the wrong type.
-        ValueError: for a non-positive ``--episodes``, a treatment that is the baseline or an unknown ``--device``.
+        ValueError: for a non-positive ``--episodes``, a treatment that is the baseline, a malformed, self-paired or
+            duplicate ``--contrast`` (:func:`parse_contrasts`), ``--contrast`` with ``--baseline-from`` or an unknown
+            ``--device``.
     """
     args = parser().parse_args(arguments(argv))
     check_positive("--episodes", args.episodes)
-    treatments = list(dict.fromkeys(args.treatment))
+    default = [] if args.contrast else ["uniform_online"]  # --contrast alone: its rows only
+    treatments = list(dict.fromkeys(default if args.treatment is None else args.treatment))
     if args.baseline in treatments and args.baseline_from is None:
         raise ValueError(f"--treatment {args.baseline} is the baseline (--baseline {args.baseline}): name another arm")
+    if args.contrast and args.baseline_from is not None:
+        raise ValueError(
+            f"--contrast {args.contrast[0]} takes both arms from each scenario folder, --baseline-from the baseline "
+            "from another: compare the contrasts in a command without --baseline-from"
+        )
+    contrasts = parse_contrasts(args.contrast, args.baseline, treatments)
     device = resolve_device(args.device)
     probe_output(args.markdown, "--markdown")
     probe_output(args.forest, "--forest")
-    several = len(treatments) > 1  # a column names each row's treatment
-    arm_columns = [args.baseline, "treatment"] if several else [args.baseline, treatments[0]]
+    pairs = [*((treatment, args.baseline) for treatment in treatments), *contrasts]  # each row's arms, in order
+    baselines = list(dict.fromkeys(baseline for _, baseline in pairs))
+    named = len(baselines) > 1  # each row names its baseline
+    several = len(pairs) > 1  # a column names each row's treatment
+    arm_columns = [baselines[0], "treatment"] if several else [baselines[0], pairs[0][0]]
+    if named:
+        arm_columns = ["baseline", "treatment"]
     if args.baseline_from is not None and not several:  # the arms may share a name
         arm_columns = [f"baseline {args.baseline}", f"treatment {treatments[0]}"]
     _, folders = relative_labels(args.scenarios)
@@ -525,24 +621,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     unused = set(args.differing)  # each name of --differing must be a setting of some row's runs
     try:
         for scenario, folder in zip(args.scenarios, folders, strict=True):
-            for treatment in treatments:
+            for treatment, baseline in pairs:
                 try:
-                    first, comparison, skipped, named = _row(scenario, treatment, args, device)
+                    first, comparison, skipped, freed = _row(scenario, treatment, baseline, args, device)
                 except Untested as untested:  # --seeds tested: a row only where both arms were tested
                     print(f"[compare] no row: {untested}", file=sys.stderr)
                     continue
                 except UnreadableRecords as error:  # every row's are named, not the first one's alone
                     unreadable.extend(error.records)
                     continue
-                unused -= named
+                unused -= freed
                 unreadable.extend(skipped)
                 rows.append((first, replace(comparison, folder=folder)))
         # the baseline's records are every treatment's: each named once
         unreadable = list({error.path: error for error in unreadable}.values())
         if unreadable and not args.skip_unreadable:
             return refuse_unreadable("compare", unreadable)
-        if not rows:
+        if not rows and not contrasts:
             raise FileNotFoundError(f"no scenario holds {args.baseline} and {' or '.join(treatments)} tested")
+        if not rows:
+            arms = " or ".join(f"{baseline} and {treatment}" for treatment, baseline in pairs)
+            raise FileNotFoundError(f"no scenario holds {arms} tested")
         if unused:
             raise UnknownSetting(next(name for name in args.differing if name in unused))
     except (FileNotFoundError, ValueError) as error:
@@ -551,7 +650,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # scenarios of one benchmark trained under different protocols are told apart as report's columns are
     labelled = distinguish_protocols(first for first, _ in rows)
     comparisons = [replace(c, scenario=run.column.label) for run, (_, c) in zip(labelled, rows, strict=True)]
-    markdown = comparison_markdown(comparisons, arm_columns, several, args.correction, args.family, treatments)
+    labels = [f"{treatment} − {baseline}" if named else treatment for treatment, baseline in pairs]
+    markdown = comparison_markdown(comparisons, arm_columns, several, args.correction, args.family, labels, named)
     markdown += unreadable_note(unreadable)
     print(markdown, end="")
     if args.markdown is not None:
@@ -560,5 +660,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         from lightning_episodes.analysis.forest import plot_forest
 
         study, _ = relative_labels(args.scenarios)
-        plot_forest(comparisons, args.baseline, study)[0].savefig(args.forest)
+        plot_forest(comparisons, baselines[0], study, named)[0].savefig(args.forest)
     return 0

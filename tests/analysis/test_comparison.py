@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -136,3 +137,33 @@ def test_labels_are_relative_to_the_study_folder(tmp_path: Path) -> None:
     )
     assert relative_labels([a.parent, a]) == ("study", ["n60", "n60/cell_a"])
     assert np.all([not label.startswith("/") for label in relative_labels([Path("x"), Path("y")])[1]])
+
+
+def test_rows_of_different_baselines_each_name_both_arms() -> None:
+    """A contrast between two treatment arms beside a treatment against the baseline: the column
+    ``Treatment − baseline`` names both arms of each row, the family is the cell's comparisons (m = 2), and a cell
+    without one of the rows named says so."""
+    treatment = replace(_comparison("a", "uniform_online", [0.1, 0.2, 0.3]), baseline="baseline_online")
+    contrast = replace(_comparison("a", "uniform_online", [0.1, 0.1, 0.2]), baseline="uniform_online_placebo")
+    assert (treatment.label(), treatment.label(with_baseline=True)) == ("uniform_online",
+                                                                       "uniform_online − baseline_online")  # fmt: skip
+    assert _comparison("a", "u", [0.1]).baseline == ""  # unnamed: a table of one baseline heads a column with it
+    named = ["uniform_online − baseline_online", "uniform_online − uniform_online_placebo"]
+    text = comparison_markdown([treatment, contrast], ["baseline", "treatment"], several=False, correction="holm",
+                               family="M", treatments=named, baselines=True)  # fmt: skip
+    header, table, _ = text.split("\n\n")
+    assert header.startswith(
+        "Family M: Holm's step-down correction over the comparisons of each cell (each row its treatment − its "
+        "baseline): m = 2 in a."
+    )
+    lines = table.splitlines()
+    assert lines[0].startswith("| Scenario | Algorithm | Treatment − baseline | Over trainings (pp) | p | p (Holm) |")
+    assert lines[0].endswith("| baseline | treatment | Episodes |")
+    assert [line.split(" | ")[2] for line in lines[2:]] == named
+    adjusted = holm([treatment.pvalue, contrast.pvalue])
+    assert [line.split(" | ")[5] for line in lines[2:]] == [f"{p:.3f}" for p in adjusted]
+    text = comparison_markdown([contrast], ["baseline", "treatment"], several=True, correction="holm",
+                               treatments=named, baselines=True)  # fmt: skip
+    expected = ("Family: Holm's step-down correction over the comparisons of each cell (each row its treatment − "
+                "its baseline; of the 2 comparisons named, those with a row): m = 1 in a.")  # fmt: skip
+    assert text.startswith(expected)

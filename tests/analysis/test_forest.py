@@ -5,6 +5,7 @@ output (the command's option: tests/commands/test_compare.py)."""
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 from pathlib import Path
 
 import matplotlib
@@ -137,3 +138,33 @@ def test_the_forest_leaves_pyplot_alone_and_needs_a_row() -> None:
     assert plt.get_fignums() == before
     with pytest.raises(ValueError, match="at least one comparison"):
         plot_forest([], "baseline_online")
+
+
+def test_rows_of_different_baselines_are_labelled_with_both_arms() -> None:
+    """A contrast between two treatment arms beside the treatments (``compare --contrast``): where the rows have more
+    than one baseline, each is labelled treatment − baseline, each pair keeps a colour of its own (one treatment
+    against two baselines: two colours) and the axis says each row has its own baseline."""
+    treatments = _study(2, ("cell",))
+    comparisons = [
+        *(replace(c, baseline="baseline_online") for c in treatments),
+        replace(treatments[0], baseline="uniform_online_placebo"),
+    ]
+    figure, rows = plot_forest(comparisons, "baseline_online")
+    name = treatments[0].treatment
+    assert [row.label for row in rows] == [
+        f"{name} − baseline_online (3 trainings)",
+        f"{treatments[1].treatment} − baseline_online (3 trainings)",
+        f"{name} − uniform_online_placebo (3 trainings)",
+    ]
+    assert [row.baseline for row in rows] == ["baseline_online", "baseline_online", "uniform_online_placebo"]
+    (ax,) = [ax for ax in figure.axes if ax.get_xlabel()]
+    assert ax.get_xlabel() == "test accuracy, treatment − its baseline (percentage points)"
+    assert ax.get_title() == "Each treatment − its baseline, 95% interval"
+    assert [tick.get_text() for tick in ax.get_yticklabels()] == [row.label for row in rows]
+    assert len({to_hex(container[0].get_color()) for container in ax.containers}) == 3
+    # one baseline (or told so): the labels name the treatments alone, as before
+    _, rows = plot_forest(comparisons[:2], "baseline_online")
+    assert [row.label for row in rows] == [f"{c.treatment} (3 trainings)" for c in treatments]
+    _, rows = plot_forest(comparisons, "baseline_online", baselines=False)
+    assert [row.label for row in rows] == [f"{name} (3 trainings)", f"{treatments[1].treatment} (3 trainings)",
+                                           f"{name} (3 trainings)"]  # fmt: skip

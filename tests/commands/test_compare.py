@@ -611,10 +611,11 @@ def test_compare_takes_seeds_made_on_different_processors_when_each_pair_shares_
 
 # -- over trainings first; a family correction; the forest plot ----------------------------------------------------
 def _study(root: Path, accuracies: dict[str, list[list[float]]]) -> Path:
-    """A scenario written by hand: ``accuracies[arm][seed]`` are the arm's per-episode test accuracies at that seed."""
+    """A scenario written by hand: ``accuracies[arm][seed]`` are the arm's per-episode test accuracies at that seed
+    (an arm not in :data:`TARGETS` samples towards uniform, as the placebo and the scale-only arms do)."""
     for arm, seeds in accuracies.items():
         for seed, scores in enumerate(seeds):
-            _hand_run(root / f"seed{seed}" / arm, scores, {**TARGETS, "hard_online": "hard"}[arm])
+            _hand_run(root / f"seed{seed}" / arm, scores, {**TARGETS, "hard_online": "hard"}.get(arm, "uniform"))
     return root
 
 
@@ -769,3 +770,242 @@ def test_a_family_of_treatments_each_differing_in_a_setting_of_its_own(capsys: p
     typo = "[model.optimizer.weight_decay,model.label_smoothing,model.label_smothing]"
     assert run_tool([*command, "--differing", typo]) == 2
     assert "--differing model.label_smothing: no setting of the runs' training protocols" in capsys.readouterr().err
+
+
+# -- contrasts between two treatment arms: one family with the treatments ------------------------------------------
+#: per-episode accuracies (fifths) of three arms at seeds 0-2, chosen by hand: uniform − placebo is +8, +8, +4 points
+#: per seed, a mean of 6.67 whose t statistic is 5 exactly (sd 2.31, √3 · 6.67 / 2.31 = 5)
+HAND = {
+    "baseline_online": [[0.4, 0.4, 0.6, 0.4, 0.2], [0.6, 0.4, 0.4, 0.6, 0.4], [0.4, 0.6, 0.4, 0.4, 0.6]],
+    "uniform_online_placebo": [[0.6, 0.4, 0.8, 0.6, 0.4], [0.4, 0.6, 0.6, 0.8, 0.6], [0.8, 0.6, 0.4, 0.6, 0.6]],
+    "uniform_online": [[0.8, 0.4, 0.8, 0.6, 0.6], [0.6, 0.6, 0.8, 0.8, 0.6], [0.8, 0.8, 0.4, 0.6, 0.6]],
+}
+
+
+def _cell(scenario: Path, arm: str) -> str:
+    """An arm's accuracy column: its seeds' scores combined as `report` combines test records."""
+    from lightning_episodes.commands.compare import run_scores
+
+    records = sorted(scenario.glob(f"seed*/{arm}/{RESULTS_FILE}"))
+    return format_cell(combine([run_scores(record)[1] for record in records]))
+
+
+def test_a_contrast_row_is_one_arm_minus_another_as_scipy_computes_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--contrast uniform_online:uniform_online_placebo``: a row of uniform − placebo paired by seed, beside the
+    treatment's row against the baseline; the rows' baselines differ, so each row names both of its arms and the
+    accuracy columns are headed baseline and treatment."""
+    scenario = _study(tmp_path / "tiny", HAND)
+    contrast = "uniform_online:uniform_online_placebo"
+    assert entry(["compare", str(scenario), "--treatment", "uniform_online", "--contrast", contrast]) == 0
+    out = capsys.readouterr().out
+    assert "| Scenario | Algorithm | Treatment − baseline | Over trainings (pp) |" in out
+    assert "| p (test episodes) | baseline | treatment | Episodes |" in out
+    treatment, row = _rows(out, "| Glyphs")
+    assert treatment["Treatment − baseline"] == "uniform_online − baseline_online"
+    assert row["Treatment − baseline"] == "uniform_online − uniform_online_placebo"
+    uniform, placebo = np.array(HAND["uniform_online"]), np.array(HAND["uniform_online_placebo"])
+    per_seed = (uniform - placebo).mean(axis=1)
+    assert per_seed == pytest.approx([0.08, 0.08, 0.04])
+    across = stats.ttest_1samp(per_seed, 0.0)
+    assert float(across.statistic) == pytest.approx(5.0)
+    half_width = stats.t.ppf(0.975, 2) * per_seed.std(ddof=1) / math.sqrt(3)
+    assert (100 * per_seed.mean(), 100 * half_width) == pytest.approx((6.6667, 5.7369), abs=1e-4)  # by hand
+    assert f"{100 * per_seed.mean():+.2f} ± {100 * half_width:.2f} (3 seeds)" == "+6.67 ± 5.74 (3 seeds)"
+    assert row[TRAININGS] == "+6.67 ± 5.74 (3 seeds)"
+    assert row["p"] == _p(float(across.pvalue)) == "0.038"
+    assert row[PER_SEED] == "seed0 +8.00, seed1 +8.00, seed2 +4.00"
+    episodes = stats.ttest_rel(uniform.mean(axis=0), placebo.mean(axis=0))
+    low, high = episodes.confidence_interval(0.95)
+    assert row[EPISODES] == f"{100 * (low + high) / 2:+.2f} ± {100 * (high - low) / 2:.2f}"
+    assert row["p (test episodes)"] == _p(float(episodes.pvalue))
+    assert (row["baseline"], row["treatment"]) == (_cell(scenario, "uniform_online_placebo"),
+                                                   _cell(scenario, "uniform_online"))  # fmt: skip
+    assert (treatment["baseline"], treatment["treatment"]) == (_cell(scenario, "baseline_online"),
+                                                               _cell(scenario, "uniform_online"))  # fmt: skip
+    # the contrast's statistics, to the last digit
+    from lightning_episodes.commands.compare import compare_scenario
+
+    _, comparison, _ = compare_scenario(scenario, "uniform_online_placebo", "uniform_online")
+    assert comparison.baseline == "uniform_online_placebo"
+    assert comparison.interval == pytest.approx((per_seed.mean(), half_width), rel=1e-12)
+    assert comparison.pvalue == pytest.approx(across.pvalue, rel=1e-10)
+    # --contrast alone: its row only (no default uniform_online − baseline_online), laid out as the same pair named
+    # by --baseline and --treatment, byte for byte, the baseline's runs not needed
+    shutil.rmtree(scenario / "seed1" / "baseline_online")
+    assert entry(["compare", str(scenario), "--contrast", contrast]) == 0
+    alone = capsys.readouterr().out
+    assert entry(["compare", str(scenario), "--baseline", "uniform_online_placebo"]) == 0
+    assert alone == capsys.readouterr().out
+    assert "| p (test episodes) | uniform_online_placebo | uniform_online | Episodes |" in alone
+    assert _row(alone.replace("| Glyphs", "| tiny"))[TRAININGS] == row[TRAININGS]
+
+
+def test_holm_adjusts_over_a_cells_treatments_and_contrasts_together(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--correction holm``: each cell's family is its rows, the treatments against the baseline and the contrasts
+    (m = 5 here), adjusted by Holm's step-down procedure, computed here by hand from scipy's raw p (a row of one seed:
+    its p over test episodes)."""
+    seeds = {"baseline_online": 3, "uniform_online": 3, "easy_online": 3, "hard_online": 1}
+    shifts = {"uniform_online": 0.08, "easy_online": 0.03, "hard_online": -0.04}
+    cells = [_random_study(tmp_path / "study" / name, seeds, shifts) for name in ("cell_a", "cell_b")]
+    command = ["compare", *map(str, cells), "--seeds", "tested", "--treatment", "uniform_online", "easy_online",
+               "hard_online", "--contrast", "uniform_online:easy_online", "uniform_online:hard_online",
+               "--correction", "holm", "--family", "M"]  # fmt: skip
+    assert entry(command) == 0
+    out = capsys.readouterr().out
+    header = out.split("\n\n")[0]
+    assert header.startswith(
+        "Family M: Holm's step-down correction over the comparisons of each cell (each row its treatment − its "
+        "baseline): m = 5 in cell_a, m = 5 in cell_b."
+    )
+    rows = _rows(out, "| Glyphs")
+    pairs = [(arm, "baseline_online") for arm in ("uniform_online", "easy_online", "hard_online")]
+    pairs += [("uniform_online", "easy_online"), ("uniform_online", "hard_online")]
+    assert [row["Treatment − baseline"] for row in rows] == [f"{t} − {b}" for t, b in pairs] * 2
+    raw = []
+    for treatment, baseline in pairs:
+        ours, theirs = _accuracies(cells[0], treatment), _accuracies(cells[0], baseline)
+        k = min(len(ours), len(theirs))  # --seeds tested: the seeds both arms have
+        if k > 1:
+            raw.append(float(stats.ttest_1samp((ours[:k] - theirs[:k]).mean(axis=1), 0.0).pvalue))
+        else:
+            raw.append(float(stats.ttest_rel(ours[0], theirs[0]).pvalue))
+    adjusted = _holm_by_hand(raw)  # m = 5
+    assert adjusted != _holm_by_hand(raw[:3]) + raw[3:]
+    assert [row["p"] for row in rows[:5]] == [_p(raw[0]), _p(raw[1]), "–", _p(raw[3]), "–"]
+    assert [row["p (test episodes)"] for row in (rows[2], rows[4])] == [_p(raw[2]), _p(raw[4])]
+    assert [row["p (Holm)"].split(" (")[0] for row in rows[:5]] == [_p(p) for p in adjusted]
+    assert rows[4]["p (Holm)"] == f"{_p(adjusted[4])} (test episodes, raw {_p(raw[4])})"
+    assert [row["p (Holm)"] for row in rows[5:]] == [row["p (Holm)"] for row in rows[:5]]  # the same scores
+    # without the contrasts, the treatments alone are the family (m = 3): another adjustment
+    assert entry([*command[: command.index("--contrast")], "--correction", "holm"]) == 0
+    out = capsys.readouterr().out
+    assert "m = 3 in cell_a, m = 3 in cell_b." in out
+    alone = _rows(out, "| Glyphs")
+    assert [row["p (Holm)"].split(" (")[0] for row in alone[:3]] == [_p(p) for p in _holm_by_hand(raw[:3])]
+
+
+def _holm_by_hand(raw: list[float]) -> list[float]:
+    """Holm's adjusted p: sort ascending, multiply the i-th smallest (from 0) by m − i, carry the running maximum,
+    cap at 1."""
+    m, adjusted, running = len(raw), [0.0] * len(raw), 0.0
+    for i, index in enumerate(sorted(range(m), key=lambda j: raw[j])):
+        running = max(running, min(1.0, (m - i) * raw[index]))
+        adjusted[index] = running
+    return adjusted
+
+
+def test_the_table_without_contrasts_is_unchanged(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Without ``--contrast`` the output is what it was before contrasts existed, byte for byte (this table was
+    printed by that version): docs/hooks and the study's pages parse it."""
+    from lightning_episodes.analysis.comparison import LEGEND
+
+    scenario = _study(tmp_path / "tiny", {**{arm: HAND[arm] for arm in ("baseline_online", "uniform_online")},
+                                          "easy_online": [HAND["uniform_online_placebo"][0]]})  # fmt: skip
+    command = ["compare", str(scenario), "--seeds", "tested", "--treatment", "uniform_online", "easy_online"]
+    assert entry([*command, "--correction", "holm", "--family", "M"]) == 0
+    assert capsys.readouterr().out == (
+        "Family M: Holm's step-down correction over the treatments of each cell: m = 2 in tiny. p (Holm) adjusts "
+        "each row's p over trainings (the one-sample t-test of its seed pairs' differences), or, in a row of one "
+        'seed, its p over test episodes (marked "test episodes", with that raw p), beside the raw p.\n\n'
+        "| Scenario | Algorithm | Treatment | Over trainings (pp) | p | p (Holm) | Per-seed differences (pp) | "
+        "Over test episodes only (pp) | p (test episodes) | baseline_online | treatment | Episodes |\n"
+        "|---|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|\n"
+        "| Glyphs, Conv-4, 2-way 1-shot | ProtoNet (Euclidean) | uniform_online | +20.00 ± 9.94 (3 seeds) | 0.013 | "
+        "0.026 | seed0 +24.00, seed1 +20.00, seed2 +16.00 | +20.00 ± 5.85 | < 0.001 | 45.33 ± 14.89 (sd 4.62, 3 seeds) "
+        "| 65.33 ± 13.12 (sd 2.31, 3 seeds) | 5 |\n"
+        "| Glyphs, Conv-4, 2-way 1-shot | ProtoNet (Euclidean) | easy_online | – (1 seed: no interval over trainings) "
+        "| – | 0.026 (test episodes, raw 0.016) | seed0 +16.00 | +16.00 ± 11.11 (1 seed: the only interval) | 0.016 | "
+        "40.00 ± 11.09 | 56.00 ± 13.12 | 5 |\n\n" + LEGEND + "\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["--contrast", "uniform_online"], "--contrast uniform_online: a contrast is TREATMENT:BASELINE, two run "
+                                           "folders of the scenario joined by one ':' (e.g. "
+                                           "uniform_online:uniform_online_placebo)"),
+        (["--contrast", "a:b:c"], "--contrast a:b:c: a contrast is TREATMENT:BASELINE"),
+        (["--contrast", ":uniform_online_placebo"], "--contrast :uniform_online_placebo: a contrast is"),
+        (["--contrast", "uniform_online:"], "--contrast uniform_online:: a contrast is"),
+        (["--contrast", "uniform_online:uniform_online"],
+         "--contrast uniform_online:uniform_online: its treatment is its baseline; name two different arms"),
+        (["--treatment", "uniform_online", "--contrast", "uniform_online:baseline_online"],
+         "--contrast uniform_online:baseline_online is the row of --treatment uniform_online (against --baseline "
+         "baseline_online): the family would count it twice"),
+        (["--treatment", "uniform_online", "--contrast", "baseline_online:uniform_online"],
+         "--contrast baseline_online:uniform_online is the row of --treatment uniform_online (against --baseline "
+         "baseline_online) reversed: the family would count it twice"),
+        (["--contrast", "a:b", "b:a"], "--contrast b:a is --contrast a:b reversed: the family would count it twice"),
+        (["--contrast", "a:b", "--baseline-from", "elsewhere"],
+         "--contrast a:b takes both arms from each scenario folder, --baseline-from the baseline from another: "
+         "compare the contrasts in a command without --baseline-from"),
+    ],
+)  # fmt: skip
+def test_compare_refuses_a_malformed_or_duplicate_contrast_in_one_line_before_reading(
+    arguments: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Through the console script, as every usage error (the usage line, one line of error, the hint to --help),
+    before any record is read (the folder holds none: reading it would fail with "no seed<N> folders")."""
+    assert entry(["compare", str(tmp_path), *arguments]) == 2
+    (line,) = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
+    assert line.startswith(f"lightning-episodes compare: error: {message}")
+
+
+def test_a_contrast_whose_arms_are_missing_is_a_missing_treatment(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    scenario = _study(tmp_path / "tiny", HAND)
+    shutil.rmtree(scenario / "seed2" / "uniform_online_placebo")
+    command = ["compare", str(scenario), "--treatment", "uniform_online", "--contrast"]
+    assert entry([*command, "uniform_online:uniform_online_placebo"]) == 2
+    hint = "(the seeds with both arms tested: --seeds [0,1], or --seeds tested)"
+    assert f"missing run folder {scenario / 'seed2' / 'uniform_online_placebo'} {hint}" in capsys.readouterr().err
+    assert entry([*command, "uniform_online:uniform_online_placebo", "--seeds", "tested"]) == 0
+    assert _rows(capsys.readouterr().out, "| Glyphs")[1][PER_SEED] == "seed0 +8.00, seed1 +8.00"
+    assert entry([*command, "uniform_online:easy_online", "--seeds", "tested"]) == 0
+    out, err = capsys.readouterr()
+    assert f"[compare] no row: {scenario}: no seed<N> folder holds both easy_online and uniform_online tested" in err
+    assert [row["Treatment − baseline"] for row in _rows(out, "| Glyphs")] == ["uniform_online − baseline_online"]
+    assert entry(["compare", str(scenario), "--contrast", "uniform_online:easy_online", "--seeds", "tested"]) == 2
+    assert "error: no scenario holds easy_online and uniform_online tested" in capsys.readouterr().err
+
+
+def test_the_forest_plot_draws_the_contrasts_named_as_the_table_names_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from PIL import Image
+
+    from lightning_episodes.analysis import forest
+
+    drawn = []
+
+    def plot_forest(*args: Any, **kwargs: Any) -> Any:
+        figure, rows = real(*args, **kwargs)
+        drawn.append((figure, rows))
+        return figure, rows
+
+    real = forest.plot_forest
+    monkeypatch.setattr(forest, "plot_forest", plot_forest)
+    scenario = _study(tmp_path / "tiny", HAND)
+    out = tmp_path / "forest.png"
+    command = ["compare", str(scenario), "--treatment", "uniform_online", "uniform_online_placebo", "--contrast",
+               "uniform_online:uniform_online_placebo", "--forest", str(out)]  # fmt: skip
+    assert entry(command) == 0
+    table = _rows(capsys.readouterr().out, "| Glyphs")
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with Image.open(out) as image:
+        image.verify()
+    ((figure, rows),) = drawn
+    assert [row.label for row in rows] == [f"{entry['Treatment − baseline']} (3 trainings)" for entry in table]
+    assert rows[2].label == "uniform_online − uniform_online_placebo (3 trainings)"
+    assert rows[2].mean == pytest.approx(100 * 0.2 / 3)
+    (ax,) = [ax for ax in figure.axes if ax.get_xlabel()]
+    assert ax.get_xlabel() == "test accuracy, treatment − its baseline (percentage points)"
+    assert [label.get_text() for label in ax.get_yticklabels()] == [row.label for row in rows]
+    colours = [container[0].get_color() for container in ax.containers]
+    assert len(set(colours)) == 3  # uniform_online against two baselines: two colours
