@@ -350,3 +350,28 @@ def test_the_study_quotes_the_holm_adjusted_p_of_its_data_scarce_families() -> N
     for phrase in quoted:
         assert phrase in text, f"docs/study.md does not say {phrase!r}"
     assert primary < 0.05 < static_dpp
+
+
+def test_the_study_pages_family_m_table_is_compares_one_command(capsys: pytest.CaptureFixture[str]) -> None:
+    """The five-training study's family-M table gives, per comparison, the raw p and the Holm-adjusted p over the six
+    that ``compare --contrast ... --correction holm`` prints from the records in one command (the page's command)."""
+    from lightning_episodes.commands.compare import main
+
+    treatments = ["uniform_online_placebo", "uniform_online_self", "uniform_online_scale", "uniform_offline"]
+    contrasts = ["uniform_online:uniform_online_placebo", "uniform_online:uniform_online_scale"]
+    argv = [str(STUDY_CELL), "--seeds", "tested", "--treatment", *treatments, "--contrast", *contrasts,
+            "--correction", "holm", "--family", "M"]  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # seeds made on different processors, each pair on one (the plan's)
+        assert main(argv) == 0
+    rows = [line.split("|") for line in capsys.readouterr().out.splitlines() if line.startswith("| Glyphs-100")]
+    assert len(rows) == 6
+    page = (ROOT / "docs/study.md").read_text()
+    table = page[page.index("| comparison | over five trainings (pp) | p | p (Holm, family M, m = 6)") :]
+    table = table[: table.index("\n\n")]
+    for row in rows:
+        difference, raw, adjusted = (cell.strip() for cell in row[4:7])
+        mean = difference.split(" (")[0]
+        assert any(f"| {mean} | {raw} | {adjusted} |" in line.replace("**", "") for line in table.splitlines()), (
+            f"docs/study.md's family-M table has no row {mean} | {raw} | {adjusted}"
+        )
