@@ -9,12 +9,14 @@ after each step (:meth:`~WeightingState.count`, :meth:`~WeightingState.observe`,
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass
 from typing import Any, Final, NamedTuple
 
 import torch
 from pytorch_lightning.utilities import rank_zero_warn
+from scipy import stats
 from torch import Tensor
 
 from lightning_episodes.callbacks._resample_step import SelectionFit
@@ -42,6 +44,9 @@ MAX_FIT_WARNINGS: Final[int] = 3
 #: the warm-up warns that the pool is too small (a fitting proposal reaches 0.04-0.06 at the default pool on normal
 #: difficulties, 0.15-0.16 on log-normal ones of skewness 2: docs/method.md, "Resampling")
 POOL_KS_WARNING: Final[float] = 0.1
+#: resampling, online: the level of the Kolmogorov-Smirnov critical value below which a measured ``weighting/ks``
+#: is not taken as off target (above :data:`POOL_KS_WARNING` only for a window of fewer than ~260 chosen episodes)
+POOL_KS_LEVEL: Final[float] = 0.01
 
 
 class WeightingStep(NamedTuple):
@@ -176,6 +181,9 @@ class WeightingState:
             ``"offline": {"episodes": ..., "reference": <its checkpoint>}`` once scored.
         verdict: ``"fit"``, ``"misfit"`` or ``""`` (no verdict yet) of the proposal's last fit check.
         fit_warnings: misfit warnings given so far (at most :data:`MAX_FIT_WARNINGS` a run).
+        pool_verdict: resampling: ``"on"``, ``"off"`` (the chosen batches off target) or ``""`` (not checked yet),
+            of the last pool check (:meth:`check_pool`, :meth:`recheck_pool`).
+        pool_warnings: pool warnings given so far (at most :data:`MAX_FIT_WARNINGS` a run).
         nonfinite_warnings: steps warned about for non-finite losses in this process (at most :data:`MAX_WARNINGS`;
             a throttle of messages, not saved).
     """
@@ -190,6 +198,8 @@ class WeightingState:
     offline_scored: int = 0
     verdict: str = ""
     fit_warnings: int = 0
+    pool_verdict: str = ""
+    pool_warnings: int = 0
     nonfinite_warnings: int = 0
 
     def count(self, step: int, skipped: int, nonfinite: int, weighted: bool) -> None:
@@ -242,40 +252,100 @@ class WeightingState:
     def check_pool(
         self, pool: int, batch: int, target: Target, progress: float | None, out_of_support: str, proposal_name: str
     ) -> None:
-        """Resampling, at the end of the warm-up: warns when ``pool`` candidates per episode would leave the chosen
-        batches visibly off ``target`` (:func:`selection_fidelity` on the warm-up's difficulties above
-        :data:`POOL_KS_WARNING`), with what a pool four times larger would reach, or that a larger pool would not
-        help (the proposal cannot reach the target's mass)."""
+        """Resampling, at the end of the warm-up (offline: once the reference has scored): warns when ``pool``
+        candidates per episode would leave the chosen batches visibly off ``target`` (:meth:`pool_fidelity` on the
+        warm-up's difficulties above :data:`POOL_KS_WARNING`), with what a pool four times larger would reach, or
+        that a larger pool would not help (the proposal cannot reach the target's mass)."""
+        predicted = self.pool_fidelity(pool, batch, target, progress, out_of_support)
+        if predicted is None:
+            return
+        self.pool_verdict = "off" if predicted > POOL_KS_WARNING else "on"
+        if self.pool_verdict == "on" or self.pool_warnings >= MAX_FIT_WARNINGS:
+            return
+        self.pool_warnings += 1
         recent = self.diagnostics.difficulties
-        if recent.numel() < 2 or not self.proposal.ready:
-            return
+        rank_zero_warn(
+            f"DifficultyWeightingCallback: pool={pool} would bring the chosen batches only to a Kolmogorov-Smirnov "
+            f"distance of about {predicted:.2f} from the target on the warm-up's {recent.numel()} difficulties "
+            f"(skewness {skewness(recent):.1f}; weighting/ks logs the distance reached)"
+            + self._pool_advice(predicted, pool, batch, target, progress, out_of_support, proposal_name)
+        )
 
-        def fidelity(k: int) -> float:
-            return selection_fidelity(
-                recent, self.proposal, target, k, batch, progress=progress, out_of_support=out_of_support
-            )
-
-        distance = fidelity(pool)
-        if distance <= POOL_KS_WARNING:
+    def recheck_pool(
+        self, pool: int, batch: int, target: Target, progress: float | None, out_of_support: str, proposal_name: str
+    ) -> None:
+        """Resampling, online, after the warm-up (every ``warmup_steps`` steps): the difficulties drift as the model
+        learns, so the end of the warm-up's prediction may stop holding (or never have held). Once the selection
+        fit's window is full, warns when the *measured* distance (``weighting/ks`` of the last ``window`` chosen
+        episodes) turns above :data:`POOL_KS_WARNING` (or the KS critical value at :data:`POOL_KS_LEVEL` for so
+        many episodes, if larger), with :meth:`check_pool`'s advice from the recent difficulties; again only after
+        it came back below, and at most :data:`MAX_FIT_WARNINGS` pool warnings a run."""
+        fit = self.selection_fit
+        if fit is None or fit.chosen.numel() < fit.window:
             return
+        summary, count = fit.summary(), fit.chosen.numel()
+        limit = max(POOL_KS_WARNING, float(stats.kstwo.isf(POOL_KS_LEVEL, count)))
+        verdict = "off" if summary["ks"] > limit else "on"
+        if verdict == self.pool_verdict:
+            return
+        self.pool_verdict = verdict
+        if verdict == "on" or self.pool_warnings >= MAX_FIT_WARNINGS:
+            return
+        predicted = self.pool_fidelity(pool, batch, target, progress, out_of_support)
+        if predicted is None:
+            return
+        self.pool_warnings += 1
+        recent = self.diagnostics.difficulties
+        rank_zero_warn(
+            f"DifficultyWeightingCallback: after {self.proposal.steps} steps the chosen batches are at a "
+            f"Kolmogorov-Smirnov distance of {summary['ks']:.2f} from the target (weighting/ks over the last {count} "
+            f"chosen episodes, above {limit:.2f}; plain batches {summary['ks_plain']:.2f}); on the last "
+            f"{recent.numel()} difficulties (skewness {skewness(recent):.1f}) pool={pool} would reach about "
+            f"{predicted:.2f}"
+            + self._pool_advice(predicted, pool, batch, target, progress, out_of_support, proposal_name)
+        )
+
+    def pool_fidelity(
+        self, pool: int, batch: int, target: Target, progress: float | None, out_of_support: str
+    ) -> float | None:
+        """:func:`selection_fidelity` of ``pool`` on the recent difficulties (the diagnostics' window), with a copy of
+        the proposal fitted to them: ``q`` itself was fitted to other difficulties (online, the whole warm-up's, or
+        the last few steps' once it moves), which on a drifting loss are not the ones drawn from, and the simulation
+        needs ``q`` and the law it draws from to describe the same difficulties. ``None`` before ``q`` is ready or
+        with fewer than 2 recent difficulties."""
+        recent = self.diagnostics.difficulties
+        finite = recent[torch.isfinite(recent)]
+        if finite.numel() < 2 or not self.proposal.ready:
+            return None
+        fitted = copy.deepcopy(self.proposal)
+        fitted.fit(finite)
+        return selection_fidelity(finite, fitted, target, pool, batch, progress=progress, out_of_support=out_of_support)
+
+    def _pool_advice(
+        self,
+        distance: float,
+        pool: int,
+        batch: int,
+        target: Target,
+        progress: float | None,
+        out_of_support: str,
+        proposal_name: str,
+    ) -> str:
+        """The pool warnings' advice: what a pool four times larger would reach, or that it would not help."""
         growth = 4  # the larger pool tried, and the factor on the scoring cost it would take
         larger = growth * pool
-        reached = fidelity(larger)
-        start = (
-            f"DifficultyWeightingCallback: pool={pool} would bring the chosen batches only to a Kolmogorov-Smirnov "
-            f"distance of about {distance:.2f} from the target on the warm-up's {recent.numel()} difficulties "
-            f"(skewness {skewness(recent):.1f}; weighting/ks logs the distance reached)"
-        )
+        reached = self.pool_fidelity(larger, batch, target, progress, out_of_support)
+        assert reached is not None  # pool_fidelity(pool) was not None
         if reached < distance - 0.02:
-            advice = f"; pool={larger} would reach about {reached:.2f} at {growth}x the scoring cost "
-            advice += f"(--trainer.callbacks.pool={larger})"
-        else:
-            advice = (
-                f"; a larger pool would not help (pool={larger}: about {reached:.2f}): proposal={proposal_name!r} "
-                "puts the target's mass where the difficulties are not (a proposal that fits their skew, e.g. "
-                "proposal=empirical, may)"
+            return (
+                f"; pool={larger} would reach about {reached:.2f} at {growth}x the scoring cost "
+                f"(--trainer.callbacks.pool={larger})"
             )
-        rank_zero_warn(start + advice)
+        return (
+            f"; a larger pool would not help (pool={larger}: about {reached:.2f}): proposal={proposal_name!r} "
+            "puts the target's mass where the difficulties are not (a proposal that fits their skew, e.g. "
+            "proposal=empirical, may)"
+        )
 
     def state_dict(self, reference_checkpoint: str | None) -> dict[str, Any]:
         """Every saved field, as plain Python values and CPU tensors (``weights_only=True`` loads it)."""
@@ -290,6 +360,8 @@ class WeightingState:
         }
         if self.weighted_steps is not None:
             state["weighted_steps"] = int(self.weighted_steps)
+        if self.pool_verdict:
+            state["pool_check"] = {"verdict": self.pool_verdict, "warnings": int(self.pool_warnings)}
         if self.offline_scored:
             state["offline"] = {"episodes": int(self.offline_scored), "reference": str(reference_checkpoint)}
         if self.selection_fit is not None:
@@ -305,6 +377,9 @@ class WeightingState:
         self.nonfinite_episodes = int(state.get("nonfinite_episodes", 0))
         self.verdict = str(state.get("verdict", ""))
         self.fit_warnings = int(state.get("fit_warnings", 0))
+        pool_check = state.get("pool_check", {})
+        self.pool_verdict = str(pool_check.get("verdict", ""))
+        self.pool_warnings = int(pool_check.get("warnings", 0))
         counted = state.get("weighted_steps")
         self.weighted_steps = None if counted is None and state else int(counted or 0)
         if self.selection_fit is not None:

@@ -83,8 +83,10 @@ class DifficultyWeightingCallback(Callback):
     :func:`~lightning_episodes.callbacks._weighting_state.step_metrics` and ``docs/method.md``). At the end of the
     warm-up (then every ``warmup_steps`` steps, when the verdict changes) it warns if another proposal fits the
     recent difficulties better (held-out log-likelihood), unless the target is plain sampling (weights 1 whatever
-    ``q``). :attr:`last_step` holds every step's weights; :attr:`state` (a :class:`WeightingState`) everything that
-    is checkpointed.
+    ``q``); resampling also warns if its chosen batches would be (at the end of the warm-up) or are (measured, every
+    ``warmup_steps`` steps after it, online) visibly off the target, with the pool or proposal that would help.
+    :attr:`last_step` holds every step's weights; :attr:`state` (a :class:`WeightingState`) everything that is
+    checkpointed.
 
     Args:
         target: the target ``p``: a :class:`~lightning_episodes.weighting.Target` (in YAML ``class_path`` +
@@ -323,17 +325,20 @@ class DifficultyWeightingCallback(Callback):
 
     def _learn(self, difficulties: Tensor, progress: float | None = None, batch: int | None = None) -> None:
         # online: q absorbs the step's difficulties; the fit is checked every warmup_steps (not for plain sampling),
-        # and resampling's pool (given the global batch's size, |B|) once, at the end of the warm-up
+        # and resampling's pool (given the global batch's size, |B|) at the end of the warm-up by prediction, then
+        # every warmup_steps by the distance its chosen batches reached (the difficulties drift as the model learns)
         checked = None if self.target.plain_sampling else self.options.proposal_name
         self.state.learn(difficulties, self.options.warmup_steps, checked)
-        if checked is not None and batch is not None and self.state.proposal.steps == self.options.warmup_steps:
-            self._check_pool(batch, progress)
+        steps, every = self.state.proposal.steps, self.options.warmup_steps
+        if checked is not None and batch is not None and steps >= every and steps % every == 0:
+            self._check_pool(batch, progress, measured=steps > every)
 
-    def _check_pool(self, batch: int, progress: float | None) -> None:
+    def _check_pool(self, batch: int, progress: float | None, measured: bool = False) -> None:
         # the pool is the resampler's, which draws k |B| candidates a step
         if (options := self.options).mode == "resample":
-            name, pool = options.proposal_name, self.resampler.pool
-            self.state.check_pool(pool, batch, self.target, progress, options.out_of_support, name)
+            name, pool, state = options.proposal_name, self.resampler.pool, self.state
+            check = state.recheck_pool if measured else state.check_pool
+            check(pool, batch, self.target, progress, options.out_of_support, name)
 
     def _progress(self, trainer: pl.Trainer) -> float | None:
         # every target may use the progress t / T (setup checked max_steps for a target that needs it)

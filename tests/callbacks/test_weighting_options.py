@@ -20,6 +20,7 @@ import pytorch_lightning as pl
 import torch
 import yaml
 from pytorch_lightning.callbacks import Callback
+from scipy import stats
 
 from lightning_episodes import ProtoNet
 from lightning_episodes.algorithms.base import EpisodeOutput
@@ -185,6 +186,38 @@ def test_a_pool_too_small_for_the_target_is_named_once_at_the_end_of_the_warm_up
     assert reached < distance
     assert sample == 39 * 2 * 4  # the pools (plain samples) of the warm-up's steps before the check
     assert "--trainer.callbacks.pool=8" in pools[0]
+
+
+class FallingDifficulties(ProtoNet):
+    """ProtoNet whose episode difficulties fall as a loss does: normal at 1.5 for 10 steps, then log-normal near 0
+    (median 0.1, sigma 0.8 in log space: skewness 3.7; its losses are untouched)."""
+
+    def episode_losses(self, batch: Episode) -> EpisodeOutput:
+        out = super().episode_losses(batch)
+        step = self.trainer.global_step
+        z = torch.randn(len(out.losses), generator=torch.Generator().manual_seed(step), dtype=torch.float64)
+        draws = 1.5 + 0.1 * z if step < 10 else 0.1 * torch.exp(0.8 * z)
+        return EpisodeOutput(out.losses, out.accuracies, draws.to(out.losses))
+
+
+def test_a_pool_that_stops_reaching_the_target_is_named_when_the_measured_distance_says_so() -> None:
+    """The end of the warm-up predicts from difficulties that are about to change: normal ones far from 0, where pool
+    2 follows the target (no warning). Once they fall near 0 and skew, the normal's support reaches below 0 and the
+    chosen batches cannot follow; the re-check every ``warmup_steps`` steps, once the window of 100 chosen episodes is
+    full (after 35 steps), reads the logged distance and says so once (after 40), naming the misfit, not the pool."""
+    callback = DifficultyWeightingCallback(mode="resample", pool=2, proposal="normal", warmup_steps=10, window=100)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _fit(callback, FallingDifficulties(image_size=16), max_steps=51, log_every_n_steps=50)
+    pools = [str(w.message) for w in caught if "pool=" in str(w.message)]
+    assert len(pools) == 1, pools
+    match = re.search(r"after 40 steps the chosen batches are at a Kolmogorov-Smirnov distance of (\d\.\d\d) .*over "
+                      r"the last 100 chosen episodes, above (\d\.\d\d);", pools[0])  # fmt: skip
+    assert match is not None, pools[0]
+    assert float(match[1]) > float(match[2]) == round(float(stats.kstwo.isf(0.01, 100)), 2)
+    assert "a larger pool would not help" in pools[0]
+    assert "proposal='normal'" in pools[0]
+    assert callback.state.pool_verdict == "off"
 
 
 def test_plain_sampling_never_warns_of_a_misfit() -> None:

@@ -6,13 +6,15 @@ import dataclasses
 import math
 import re
 import warnings
+from collections.abc import Callable
 
+import numpy as np
 import pytest
 import torch
 from scipy import stats
 
 from lightning_episodes.callbacks import DifficultyWeightingCallback, WeightingOptions
-from lightning_episodes.weighting import NormalProposal, Proposal, register_proposal
+from lightning_episodes.weighting import NormalProposal, Proposal, register_proposal, selection_fidelity
 from lightning_episodes.weighting.proposals import PROPOSAL_REGISTRY
 
 #: The state a run with ``proposal="lognormal", normalization="running"`` checkpointed before the options became one
@@ -127,3 +129,76 @@ def test_the_pool_check_says_whether_a_larger_pool_would_help(law: str, proposal
     else:
         assert "a larger pool would not help (pool=16: about 0.2" in message
         assert "proposal='normal'" in message
+
+
+def _pool_warnings(check: Callable[[], None]) -> list[str]:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        check()
+    return [str(w.message) for w in caught if "pool=" in str(w.message)]
+
+
+def test_the_pool_check_simulates_with_the_proposal_fitted_to_the_difficulties_it_draws_from() -> None:
+    """A warm-up whose loss fell: ``q`` (the whole warm-up's mean, 1.47) sits 1.3 sigma above the recent difficulties
+    (1.31), so the uniform target on ``q``'s support puts mass where none of them lies. That is the warm-up's drift,
+    not the pool: within a step the online ``q`` follows the difficulties. On normal difficulties with a fitting
+    normal, pool 4 follows the target (docs/method.md's table: 0.046), and the check says nothing."""
+    generator = torch.Generator().manual_seed(0)
+    recent = 1.31 + 0.12 * torch.randn(1000, generator=generator, dtype=torch.float64)
+    callback = DifficultyWeightingCallback(mode="resample")
+    state, target = callback.state, callback.target
+    state.proposal.fit(1.47 + 0.135 * torch.randn(1600, generator=generator, dtype=torch.float64))
+    state.diagnostics.observe(recent, None)
+    stale = selection_fidelity(recent, state.proposal, target, 4, 4)
+    fitted = NormalProposal()
+    fitted.fit(recent)
+    assert stale > 0.3  # the simulation with the stale q: the target's mass above the difficulties
+    assert state.pool_fidelity(4, 4, target, None, "zero") == selection_fidelity(recent, fitted, target, 4, 4) < 0.07
+    assert _pool_warnings(lambda: state.check_pool(4, 4, target, None, "zero", "normal")) == []
+    assert (state.pool_verdict, state.proposal.location) == ("on", pytest.approx(1.47, abs=0.01))  # q untouched
+
+
+def test_the_pool_is_rechecked_on_the_distance_its_chosen_batches_reached() -> None:
+    """Losses near 0 and right-skewed (gamma, shape 1.6): the normal's support ``mu -+ 2.58 sigma`` reaches below 0,
+    where no difficulty lies, so at best the chosen quantiles ``u = F_p(z)`` are uniform on ``[u0, 1]`` with
+    ``u0 = (2.58 sigma - mu) / (2 x 2.58 sigma)`` the target's mass below 0, and their KS distance from ``U(0, 1)``
+    is ``u0`` whatever the pool. Measured above 0.1 with a full window, the re-check warns once, with the measured
+    distance and that a larger pool would not help; silent while the verdict holds, again after it came back."""
+    sample = torch.from_numpy(np.random.default_rng(0).gamma(1.6, 0.065, 1000))
+    callback = DifficultyWeightingCallback(mode="resample")
+    state, target = callback.state, callback.target
+    state.proposal.fit(sample)
+    state.diagnostics.observe(sample, None)
+    mu, sigma = float(sample.mean()), float(sample.std(correction=0))
+    floor = (2.58 * sigma - mu) / (2 * 2.58 * sigma)
+    assert 0.2 < floor < 0.3  # 1 / 2 - 1 / (2 x 2.58 cv), the gamma's cv 1.6 ** -0.5: about 0.255
+    fit = state.selection_fit
+    assert fit is not None
+    grid = (torch.arange(1000, dtype=torch.float64) + 0.5) / 1000
+    fit.chosen, fit.plain = floor + (1 - floor) * grid, floor + (1 - floor) * grid**2
+    ks = fit.summary()["ks"]
+    assert ks == pytest.approx(floor, abs=1e-3)
+
+    def recheck() -> list[str]:
+        return _pool_warnings(lambda: state.recheck_pool(4, 4, target, None, "zero", "normal"))
+
+    (message,) = recheck()
+    assert f"at a Kolmogorov-Smirnov distance of {ks:.2f} from the target (weighting/ks over the last 1000" in message
+    reached = re.search(
+        r"pool=4 would reach about (\d\.\d\d); a larger pool would not help \(pool=16: about (\d\.\d\d)", message
+    )
+    assert reached is not None, message
+    assert min(float(reached[1]), float(reached[2])) > floor - 0.03  # no pool reaches below the floor
+    assert recheck() == []  # the verdict holds: said once
+    fit.chosen = grid  # on the target: the verdict turns back, silently
+    assert recheck() == []
+    assert state.pool_verdict == "on"
+    fit.chosen = floor + (1 - floor) * grid
+    assert len(recheck()) == 1
+    restored = DifficultyWeightingCallback(mode="resample")
+    restored.load_state_dict(callback.state_dict())  # a resumed run remembers what it said
+    assert (restored.state.pool_verdict, restored.state.pool_warnings) == ("off", 2)
+    fit.chosen = fit.chosen[:999]  # a window not yet full measures nothing
+    state.pool_verdict = ""
+    assert recheck() == []
+    assert state.pool_verdict == ""
