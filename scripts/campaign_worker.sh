@@ -4,7 +4,8 @@
 # the folder becomes --trainer.default_root_dir. Lines are taken under a lock (QUEUE.lock), so several workers can
 # share one queue (two on a 2-core machine, each with OMP_NUM_THREADS=1). A run folder that holds a test_results.json
 # is skipped; one that holds a last.ckpt resumes from it (--ckpt_path last); every job's exit status is appended to
-# QUEUE.done. Killed, it loses nothing: put the job's line back in the queue and start a worker again.
+# QUEUE.done; the fit's output (its warnings included) is appended to <run folder>/fit.log as well as printed.
+# Killed, it loses nothing: put the job's line back in the queue and start a worker again.
 #   OMP_NUM_THREADS=1 nice -n 10 bash scripts/campaign_worker.sh queue.txt &
 # PYTHON: the interpreter (default: .venv/bin/python of the folder the worker is started from).
 set -uo pipefail
@@ -24,8 +25,10 @@ while job=$(take) && [ -n "$job" ]; do
     resume=()
     find "$run" -name last.ckpt 2>/dev/null | grep -q . && resume=(--ckpt_path last)
     echo "[worker $$] $(date -u +%FT%TZ) start $run ${resume[*]}"
-    "$PYTHON" -m lightning_episodes fit "${args[@]:1}" --trainer.default_root_dir="$run" "${resume[@]}"
-    rc=$?
+    mkdir -p "$run"
+    "$PYTHON" -m lightning_episodes fit "${args[@]:1}" --trainer.default_root_dir="$run" "${resume[@]}" 2>&1 |
+        tee -a "$run/fit.log"
+    rc=${PIPESTATUS[0]}
     echo "[worker $$] $(date -u +%FT%TZ) rc=$rc $run"
     echo "$job # rc=$rc" >> "$queue.done"
 done

@@ -20,6 +20,7 @@ def stand_in_python(tmp_path: Path, calls: Path, fail_on: str = "") -> Path:
         f'echo "$*" >> {calls}\n'
         'for a in "$@"; do case $a in --trainer.default_root_dir=*) run=${a#*=};; esac; done\n'
         f'if [ -n "{fail_on}" ] && [[ $run == *{fail_on or "-"}* ]]; then exit 3; fi\n'
+        "echo fitting; echo warned >&2\n"
         'mkdir -p "$run/lightning_logs/version_0" && echo "{}" > "$run/lightning_logs/version_0/test_results.json"\n'
     )
     python.chmod(python.stat().st_mode | stat.S_IEXEC)
@@ -68,6 +69,7 @@ def test_two_workers_run_every_job_once_skip_finished_runs_and_resume_stopped_on
     assert by_run[str(stopped)].endswith("--ckpt_path last")
     assert all("--ckpt_path" not in line for run, line in by_run.items() if run != str(stopped))
     assert queue.read_text() == ""
+    assert (stopped / "fit.log").read_text().split() == ["fitting", "warned"]  # its output, stderr too, kept beside it
     done = (tmp_path / "queue.txt.done").read_text().splitlines()
     assert sorted(done) == sorted(
         [f"{runs[0]} --config a.yaml --seed_everything=0 # skipped: finished"]
