@@ -33,7 +33,8 @@ SCARCE5_FAMILIES: tuple[tuple[str, str, dict[str, tuple[str, ...]]], ...] = (
     ("n60_regularisers", "baseline_online", {"weight_decay": ("model.optimizer.weight_decay",),
                                              "label_smoothing": ("model.label_smoothing",),
                                              "augmentation": ("data.augment",),
-                                             "task_interpolation": ("data.task_interpolation",)}),
+                                             "task_interpolation": ("data.task_interpolation",),
+                                             "uniform_augmentation": ("data.augment",)}),
 )  # fmt: skip
 #: the embedded datasets of the dataset figure, and the characters rendered for one whose cache is not on disk
 EMBEDDED = ("glyphs", "glyphs-hard", "glyphs-100")
