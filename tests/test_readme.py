@@ -249,16 +249,29 @@ def test_the_pip_quickstart_from_a_built_wheel_in_an_empty_folder(tmp_path: Path
     assert sorted(p.name for p in work.iterdir()) == ["runs"]
 
 
-#: the five-training study's comparisons that the README's and the study page's answers quote: (baseline, treatment)
+#: the five-training study's comparisons that the README's and the study page's answers quote: (cell, baseline,
+#: treatment, the settings in which the arms may differ)
 STUDY_CELL = ROOT / "studies/scarce5/n60/glyphs_100_5w5s__protonet_cosine_conv4"
+REGULARISERS_CELL = ROOT / "studies/scarce5/n60_regularisers/glyphs_100_5w5s__protonet_cosine_conv4"
+REGULARISERS = {"weight_decay": "model.optimizer.weight_decay", "label_smoothing": "model.label_smoothing",
+                "augmentation": "data.augment", "task_interpolation": "data.task_interpolation"}  # fmt: skip
 _ARMS = ("uniform_online", "uniform_online_placebo", "uniform_online_scale", "uniform_online_self")
+_MECHANISM = [(STUDY_CELL, "baseline_online", arm, ()) for arm in _ARMS]
+_REGULARISERS = [(REGULARISERS_CELL, "baseline_online", arm, (setting,)) for arm, setting in REGULARISERS.items()]
 QUOTED: dict[str, list[Any]] = {  # the page: its answer's heading, then the comparisons it quotes
-    "README.md": ["## Does uniform sampling help?", *(("baseline_online", arm) for arm in _ARMS)],
+    "README.md": [
+        "## Does uniform sampling help?",
+        *_MECHANISM,
+        *_REGULARISERS[2:],
+        (REGULARISERS_CELL, "augmentation", "uniform_augmentation", ()),
+    ],  # fmt: skip
     "docs/study.md": [
         "## The answer (",
-        *(("baseline_online", arm) for arm in (*_ARMS, "uniform_offline")),
-        ("uniform_online_placebo", "uniform_online"),
-        ("uniform_online_scale", "uniform_online"),
+        *_MECHANISM,
+        (STUDY_CELL, "uniform_online_placebo", "uniform_online", ()),
+        (STUDY_CELL, "uniform_online_scale", "uniform_online", ()),
+        *_REGULARISERS,
+        (REGULARISERS_CELL, "augmentation", "uniform_augmentation", ()),
     ],
 }
 
@@ -273,14 +286,15 @@ def test_the_answers_numbers_are_the_records(page: str) -> None:
     heading, *quoted_comparisons = QUOTED[page]
     text = (ROOT / page).read_text()
     start = text.index(heading)
-    answer = text[start : text.index("\n## ", start + len(heading))]
-    for baseline, treatment in quoted_comparisons:
+    answer = " ".join(text[start : text.index("\n## ", start + len(heading))].split())  # a number may wrap
+    for cell, baseline, treatment, differing in quoted_comparisons:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # seeds made on different processors, each pair on one (the plan's)
-            _, comparison, _ = compare_scenario(STUDY_CELL, baseline, treatment, seeds="tested")
+            _, comparison, _ = compare_scenario(cell, baseline, treatment, seeds="tested", differing=differing)
         difference = comparison.difference
         assert difference.trainings == 5
         quoted = f"{100 * difference.seed_mean:+.2f} ± {100 * difference.seed_ci95:.2f}"
+        quoted = quoted.replace("-", "−")
         assert quoted in answer, f"{page} does not quote {treatment} − {baseline} as {quoted}"
 
 
@@ -352,26 +366,38 @@ def test_the_study_quotes_the_holm_adjusted_p_of_its_data_scarce_families() -> N
     assert primary < 0.05 < static_dpp
 
 
-def test_the_study_pages_family_m_table_is_compares_one_command(capsys: pytest.CaptureFixture[str]) -> None:
-    """The five-training study's family-M table gives, per comparison, the raw p and the Holm-adjusted p over the six
-    that ``compare --contrast ... --correction holm`` prints from the records in one command (the page's command)."""
+FAMILY_TABLES = {  # the family, its scenario, compare's arguments, and how its table in docs/study.md starts
+    "M": (STUDY_CELL, ["--treatment", "uniform_online_placebo", "uniform_online_self", "uniform_online_scale",
+                       "uniform_offline", "--contrast", "uniform_online:uniform_online_placebo",
+                       "uniform_online:uniform_online_scale"],
+          "| comparison | over five trainings (pp) | p | p (Holm, family M, m = 6)"),
+    "R": (REGULARISERS_CELL, ["--treatment", *REGULARISERS, "--contrast", "uniform_augmentation:augmentation",
+                              "--differing", f"[{','.join(REGULARISERS.values())}]"],
+          "| comparison | over five trainings (pp) | p | p (Holm, family R, m = 5)"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("family", sorted(FAMILY_TABLES))
+def test_the_study_pages_family_tables_are_compares_one_command(
+    family: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The five-training study's family tables give, per comparison, the difference over trainings, the raw p and the
+    Holm-adjusted p that ``compare ... --correction holm`` prints from the records in one command (the page's)."""
     from lightning_episodes.commands.compare import main
 
-    treatments = ["uniform_online_placebo", "uniform_online_self", "uniform_online_scale", "uniform_offline"]
-    contrasts = ["uniform_online:uniform_online_placebo", "uniform_online:uniform_online_scale"]
-    argv = [str(STUDY_CELL), "--seeds", "tested", "--treatment", *treatments, "--contrast", *contrasts,
-            "--correction", "holm", "--family", "M"]  # fmt: skip
+    scenario, arguments, header = FAMILY_TABLES[family]
+    argv = [str(scenario), "--seeds", "tested", *arguments, "--correction", "holm", "--family", family]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # seeds made on different processors, each pair on one (the plan's)
         assert main(argv) == 0
     rows = [line.split("|") for line in capsys.readouterr().out.splitlines() if line.startswith("| Glyphs-100")]
-    assert len(rows) == 6
     page = (ROOT / "docs/study.md").read_text()
-    table = page[page.index("| comparison | over five trainings (pp) | p | p (Holm, family M, m = 6)") :]
-    table = table[: table.index("\n\n")]
+    table = page[page.index(header) :]
+    table = table[: table.index("\n\n")].replace("**", "").replace("−", "-")
+    assert len(rows) == len(table.splitlines()) - 2 - (family == "M")  # M's table also holds the primary endpoint
     for row in rows:
         difference, raw, adjusted = (cell.strip() for cell in row[4:7])
         mean = difference.split(" (")[0]
-        assert any(f"| {mean} | {raw} | {adjusted} |" in line.replace("**", "") for line in table.splitlines()), (
-            f"docs/study.md's family-M table has no row {mean} | {raw} | {adjusted}"
+        assert f"| {mean} | {raw} | {adjusted} |" in table, (
+            f"docs/study.md's family-{family} table has no row {mean} | {raw} | {adjusted}"
         )
