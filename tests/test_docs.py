@@ -391,11 +391,15 @@ def test_every_link_of_the_site_reaches_a_page_and_an_anchor(site: Path) -> None
 
 
 def test_the_readmes_links_into_the_docs_resolve_on_the_site(site: Path) -> None:
-    """The README's links to ``docs/PAGE.md#anchor`` are the site's ``PAGE/#anchor``."""
+    """The README's links to ``docs/PAGE.md#anchor`` are the site's ``PAGE/#anchor``, its images of ``docs/`` the
+    site's files."""
     into_docs = [link for link in links(README) if link.startswith("docs/")]
     assert into_docs
     for link in into_docs:
         path, _, fragment = link.partition("#")
+        if not path.endswith(".md"):
+            assert (site / Path(path).relative_to("docs")).is_file(), f"README shows {link!r}: the site has no copy"
+            continue
         page = Path(path).relative_to("docs").with_suffix("")  # docs/a/b.md -> a/b/index.html, a/index.md -> a/
         built = site / (page.parent if page.name == "index" else page) / "index.html"
         assert built.is_file(), f"README links {link!r}: the site has no {built.relative_to(site)}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import shlex
@@ -255,25 +256,37 @@ STUDY_CELL = ROOT / "studies/scarce5/n60/glyphs_100_5w5s__protonet_cosine_conv4"
 REGULARISERS_CELL = ROOT / "studies/scarce5/n60_regularisers/glyphs_100_5w5s__protonet_cosine_conv4"
 REGULARISERS = {"weight_decay": "model.optimizer.weight_decay", "label_smoothing": "model.label_smoothing",
                 "augmentation": "data.augment", "task_interpolation": "data.task_interpolation"}  # fmt: skip
+CLASSES_CELL = ROOT / "studies/scarce_classes/k12/glyphs_100_5w5s__protonet_cosine_conv4"
 _ARMS = ("uniform_online", "uniform_online_placebo", "uniform_online_scale", "uniform_online_self")
-_MECHANISM = [(STUDY_CELL, "baseline_online", arm, ()) for arm in _ARMS]
-_REGULARISERS = [(REGULARISERS_CELL, "baseline_online", arm, (setting,)) for arm, setting in REGULARISERS.items()]
+_MECHANISM = [(STUDY_CELL, "baseline_online", arm, (), 5) for arm in _ARMS]
+_REGULARISERS = [(REGULARISERS_CELL, "baseline_online", arm, (setting,), 5) for arm, setting in REGULARISERS.items()]
+#: the class-subset study's arms by its plan's rule: three trainings each, five for those that differed by more than
+#: the baseline's spread (studies/scarce_classes/PLAN.md)
+_CLASSES = [
+    (CLASSES_CELL, "baseline_online", "uniform_online", (), 3),
+    (CLASSES_CELL, "baseline_online", "task_interpolation", ("data.task_interpolation",), 5),
+    (CLASSES_CELL, "baseline_online", "augmentation", ("data.augment",), 5),
+]
 QUOTED: dict[str, list[Any]] = {  # the page: its answer's heading, then the comparisons it quotes
     "README.md": [
         "## Does uniform sampling help?",
         *_MECHANISM,
         *_REGULARISERS[2:],
-        (REGULARISERS_CELL, "augmentation", "uniform_augmentation", ()),
+        (REGULARISERS_CELL, "augmentation", "uniform_augmentation", (), 5),
+        *_CLASSES,
     ],  # fmt: skip
     "docs/study.md": [
         "## The answer (",
         *_MECHANISM,
-        (STUDY_CELL, "uniform_online_placebo", "uniform_online", ()),
-        (STUDY_CELL, "uniform_online_scale", "uniform_online", ()),
+        (STUDY_CELL, "uniform_online_placebo", "uniform_online", (), 5),
+        (STUDY_CELL, "uniform_online_scale", "uniform_online", (), 5),
         *_REGULARISERS,
-        (REGULARISERS_CELL, "augmentation", "uniform_augmentation", ()),
+        (REGULARISERS_CELL, "augmentation", "uniform_augmentation", (), 5),
+        *_CLASSES,
     ],
 }
+#: the most lines each page's answer may take (the figure and the links after it not counted)
+ANSWER_LINES = {"README.md": 8, "docs/study.md": 12}
 
 
 @pytest.mark.parametrize("page", sorted(QUOTED))
@@ -287,15 +300,47 @@ def test_the_answers_numbers_are_the_records(page: str) -> None:
     text = (ROOT / page).read_text()
     start = text.index(heading)
     answer = " ".join(text[start : text.index("\n## ", start + len(heading))].split())  # a number may wrap
-    for cell, baseline, treatment, differing in quoted_comparisons:
+    for cell, baseline, treatment, differing, trainings in quoted_comparisons:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # seeds made on different processors, each pair on one (the plan's)
             _, comparison, _ = compare_scenario(cell, baseline, treatment, seeds="tested", differing=differing)
         difference = comparison.difference
-        assert difference.trainings == 5
+        assert difference.trainings == trainings
         quoted = f"{100 * difference.seed_mean:+.2f} ± {100 * difference.seed_ci95:.2f}"
         quoted = quoted.replace("-", "−")
         assert quoted in answer, f"{page} does not quote {treatment} − {baseline} as {quoted}"
+
+
+@pytest.mark.parametrize("page", sorted(ANSWER_LINES))
+def test_the_answer_is_short(page: str) -> None:
+    """The study's answer is one paragraph of at most 8 lines in the README and 12 on the study's page: its first
+    paragraph after the heading, up to the figure or the link to the rest."""
+    heading = QUOTED[page][0]
+    text = (ROOT / page).read_text()
+    start = text.index("\n\n", text.index(heading)) + 2
+    paragraph = text[start : text.index("\n\n", start)].splitlines()
+    assert 3 <= len(paragraph) <= ANSWER_LINES[page], f"{page}'s answer takes {len(paragraph)} lines"
+    assert all(len(line) <= 120 for line in paragraph)
+
+
+def test_the_readmes_forest_plot_is_the_records() -> None:
+    """The README shows the committed copy of the site's forest plot (a repository's file view draws nothing at build
+    time); the copy keeps the rows it drew, which must be the rows the records give now: regenerate it with
+    ``python docs/hooks/make_figures.py docs/img scarce-forest`` when a training lands."""
+    spec = importlib.util.spec_from_file_location("make_figures", ROOT / "docs/hooks/make_figures.py")
+    assert spec is not None
+    assert spec.loader is not None
+    figures = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(figures)
+    assert f"]({figures.FOREST_COPY})" in README
+    with Image.open(ROOT / figures.FOREST_COPY) as image:
+        drawn = image.text[figures.FOREST_KEY]  # type: ignore[attr-defined]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # seeds made on different processors, each pair on one (the plans')
+        now = figures.forest_description(ROOT)
+    assert drawn == now, "docs/img/scarce-forest.png is stale: python docs/hooks/make_figures.py docs/img scarce-forest"
+    assert "12 classes" in now
+    assert "uniform_augmentation − augmentation" in now
 
 
 #: the data-scarce study's Holm families that docs/study.md quotes adjusted p's of, each (scenario, baseline,
@@ -374,7 +419,12 @@ FAMILY_TABLES = {  # the family, its scenario, compare's arguments, and how its 
     "R": (REGULARISERS_CELL, ["--treatment", *REGULARISERS, "--contrast", "uniform_augmentation:augmentation",
                               "--differing", f"[{','.join(REGULARISERS.values())}]"],
           "| comparison | over five trainings (pp) | p | p (Holm, family R, m = 5)"),
+    "K": (CLASSES_CELL, ["--treatment", "uniform_online_placebo", "uniform_online_scale", "task_interpolation",
+                         "augmentation", "--differing", "[data.task_interpolation,data.augment]"],
+          "| comparison | over trainings (pp) | p | p (Holm, family K, m = 4)"),
 }  # fmt: skip
+#: the families whose table also holds the primary endpoint (a row outside the family)
+WITH_PRIMARY = {"M", "K"}
 
 
 @pytest.mark.parametrize("family", sorted(FAMILY_TABLES))
@@ -394,7 +444,7 @@ def test_the_study_pages_family_tables_are_compares_one_command(
     page = (ROOT / "docs/study.md").read_text()
     table = page[page.index(header) :]
     table = table[: table.index("\n\n")].replace("**", "").replace("−", "-")
-    assert len(rows) == len(table.splitlines()) - 2 - (family == "M")  # M's table also holds the primary endpoint
+    assert len(rows) == len(table.splitlines()) - 2 - (family in WITH_PRIMARY)
     for row in rows:
         difference, raw, adjusted = (cell.strip() for cell in row[4:7])
         mean = difference.split(" (")[0]

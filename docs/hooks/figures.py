@@ -5,10 +5,13 @@ A page asks for a figure with an HTML comment, from the start of a line::
     <!-- figure weighting: The caption, in Markdown (maths and links included), on one or more lines. -->
 
 ``weighting`` is a figure of ``docs/hooks/make_figures.py`` (its ``FIGURES``). On the site the comment becomes the
-image with its caption; on the repository's file view it shows nothing. No figure is committed: each is drawn from the
-package, its configs and the study's records at every build, so none can go stale. One child process draws the figures
-that the pages ask for while the pages are built (as the CLI reference's helps are printed); they are added to the site
-as ``figures/NAME.png``. A figure that fails to draw fails the build.
+image with its caption; on the repository's file view it shows nothing. No figure of the site is committed: each is
+drawn from the package, its configs and the study's records at every build, so none can go stale. (The README's copy of
+the forest plot, ``docs/img/scarce-forest.png``, is the one committed figure, for the repository's front page; it keeps
+the rows it drew in a PNG text field, and a test fails when the records give others.) One child process draws the
+figures that the pages ask for while the pages are built (as the CLI reference's helps are printed); they are added to
+the site as ``figures/NAME.png``.
+A figure that fails to draw fails the build.
 """
 
 from __future__ import annotations

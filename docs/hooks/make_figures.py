@@ -23,19 +23,31 @@ PACKAGE = "lightning_episodes"
 DIFFICULTY_RECORD = "studies/paper_gpu/step/glyphs_100_5w1s__protonet_euclidean_conv4/seed0/baseline_online"
 #: the study whose records the study figure shows (docs/study.md, the data-scarce split)
 SCARCE_STUDY = "studies/scarce/n60"
-#: the five-training study of the data-scarce cosine cell (studies/scarce5/PLAN.md): its folder, its cell, and per
-#: family the scenario folder, the baseline arm, and each treatment with the settings in which it differs from it
-SCARCE5 = "studies/scarce5"
-SCARCE5_CELL = "glyphs_100_5w5s__protonet_cosine_conv4"
-SCARCE5_FAMILIES: tuple[tuple[str, str, dict[str, tuple[str, ...]]], ...] = (
-    ("n60", "baseline_online", dict.fromkeys(("uniform_online", "uniform_online_placebo", "uniform_online_self",
-                                              "uniform_online_scale", "uniform_offline"), ())),
-    ("n60_regularisers", "baseline_online", {"weight_decay": ("model.optimizer.weight_decay",),
-                                             "label_smoothing": ("model.label_smoothing",),
-                                             "augmentation": ("data.augment",),
-                                             "task_interpolation": ("data.task_interpolation",),
-                                             "uniform_augmentation": ("data.augment",)}),
+#: the forest plot of the data-scarce studies' answer (docs/study.md, the README): per family of comparisons, its
+#: scenario folder, the heading its rows are drawn under, its baseline arm, and each treatment with the settings in
+#: which it differs from the baseline; a family or treatment without records yet is left out
+FOREST_FAMILIES: tuple[tuple[str, str, str, dict[str, tuple[str, ...]]], ...] = (
+    ("studies/scarce5/n60/glyphs_100_5w5s__protonet_cosine_conv4", "60 images a class: mechanism", "baseline_online",
+     dict.fromkeys(("uniform_online", "uniform_online_placebo", "uniform_online_self", "uniform_online_scale",
+                    "uniform_offline"), ())),
+    ("studies/scarce5/n60_regularisers/glyphs_100_5w5s__protonet_cosine_conv4", "60 images a class: regularisers",
+     "baseline_online", {"weight_decay": ("model.optimizer.weight_decay",),
+                         "label_smoothing": ("model.label_smoothing",), "augmentation": ("data.augment",),
+                         "task_interpolation": ("data.task_interpolation",),
+                         "uniform_augmentation": ("data.augment",)}),
+    ("studies/scarce5/n60_regularisers/glyphs_100_5w5s__protonet_cosine_conv4", "60 images a class: regularisers",
+     "augmentation", {"uniform_augmentation": ()}),
+    ("studies/scarce5/n60/glyphs_100_5w5s__protonet_euclidean_conv4", "60 images a class, Euclidean: mechanism",
+     "baseline_online", dict.fromkeys(("uniform_online", "uniform_online_placebo", "uniform_online_self",
+                                       "uniform_online_scale", "uniform_offline"), ())),
+    ("studies/scarce_classes/k12/glyphs_100_5w5s__protonet_cosine_conv4", "12 classes", "baseline_online",
+     {**dict.fromkeys(("uniform_online", "uniform_online_placebo", "uniform_online_scale"), ()),
+      "task_interpolation": ("data.task_interpolation",), "augmentation": ("data.augment",)}),
 )  # fmt: skip
+#: the committed copy of the forest plot that the README shows (a repository's file view draws no figure at build
+#: time), and the PNG text key under which it records the rows it drew, so that a test can tell it is current
+FOREST_COPY = "docs/img/scarce-forest.png"
+FOREST_KEY = "forest rows"
 #: the embedded datasets of the dataset figure, and the characters rendered for one whose cache is not on disk
 EMBEDDED = ("glyphs", "glyphs-hard", "glyphs-100")
 FALLBACK_CHARACTERS = "AλжԱაבע"
@@ -284,25 +296,43 @@ def scarce_study(root: Path) -> Figure:
     return plot_study(build_table(results), results)
 
 
-@figure("scarce5-forest")
-def scarce5_forest(root: Path) -> Figure:
-    """``lightning-episodes compare ... --forest`` of the five-training study: every arm − its baseline with its 95% t
-    interval over the trainings that have landed, per family (the arms of a family with no records yet are left out)."""
+def forest_comparisons(root: Path) -> list[Any]:
+    """The comparisons of :data:`FOREST_FAMILIES` that have records (``compare --seeds tested``), each labelled with
+    its family's heading."""
     from dataclasses import replace
 
-    from lightning_episodes.analysis.forest import plot_forest
     from lightning_episodes.commands.compare import Untested, compare_scenario
 
     comparisons = []
-    for folder, baseline, treatments in SCARCE5_FAMILIES:
-        scenario = root / SCARCE5 / folder / SCARCE5_CELL
+    for folder, heading, baseline, treatments in FOREST_FAMILIES:
+        scenario = root / folder
         for treatment, differing in treatments.items() if scenario.is_dir() else ():
             try:
                 _, comparison, _ = compare_scenario(scenario, baseline, treatment, seeds="tested", differing=differing)
             except Untested:
                 continue
-            comparisons.append(replace(comparison, folder=folder))
-    return plot_forest(comparisons, "baseline_online", "scarce5")[0]
+            comparisons.append(replace(comparison, folder=heading))
+    return comparisons
+
+
+def forest_description(root: Path) -> str:
+    """The rows the forest plot draws from the records, one per line (label, interval, trainings, what it covers):
+    the text its committed copy (:data:`FOREST_COPY`) keeps under :data:`FOREST_KEY`."""
+    from lightning_episodes.analysis.forest import forest_rows
+
+    return "\n".join(
+        f"{row.folder} | {row.label} | {row.mean:+.2f} [{row.low:+.2f}, {row.high:+.2f}] | {row.over}"
+        for row in forest_rows(forest_comparisons(root), baselines=True)
+    )
+
+
+@figure("scarce-forest")
+def scarce_forest(root: Path) -> Figure:
+    """``lightning-episodes compare ... --forest`` of the data-scarce studies (:data:`FOREST_FAMILIES`): every arm −
+    its baseline with its 95% t interval over the trainings that have landed, under a heading per family."""
+    from lightning_episodes.analysis.forest import plot_forest
+
+    return plot_forest(forest_comparisons(root), "baseline_online", "data-scarce studies", baselines=True)[0]
 
 
 def main(argv: list[str]) -> int:
@@ -314,7 +344,8 @@ def main(argv: list[str]) -> int:
     root = Path(__file__).resolve().parents[2]
     out.mkdir(parents=True, exist_ok=True)
     for name in names:
-        FIGURES[name](root).savefig(out / f"{name}.png")
+        metadata = {FOREST_KEY: forest_description(root)} if name == "scarce-forest" else {}
+        FIGURES[name](root).savefig(out / f"{name}.png", metadata=metadata)
     return 0
 
 

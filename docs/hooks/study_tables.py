@@ -46,7 +46,9 @@ class Row(NamedTuple):
 SCARCE5 = "scarce5/n60/glyphs_100_5w5s__protonet_cosine_conv4"
 REGULARISERS = "scarce5/n60_regularisers/glyphs_100_5w5s__protonet_cosine_conv4"
 SCARCE = "scarce/n60/glyphs_100_5w5s__protonet_{}_conv4"
+CLASSES = "scarce_classes/k12/glyphs_100_5w5s__protonet_cosine_conv4"
 COSINE, EUCLIDEAN = "data-scarce 5-shot, ProtoNet-cosine", "data-scarce 5-shot, ProtoNet-Euclidean"
+FEW_CLASSES = "12 training classes 5-shot, ProtoNet-cosine"
 #: the arms of the study a reader chooses between, each against the baseline of its cell
 ANSWERS: tuple[Row, ...] = (
     Row(SCARCE5, "uniform_online", "uniform over difficulty, online (the paper)", COSINE),
@@ -62,6 +64,16 @@ ANSWERS: tuple[Row, ...] = (
     Row(REGULARISERS, "uniform_augmentation", "uniform + augmentation", COSINE, differing=("data.augment",)),
     Row(REGULARISERS, "uniform_augmentation", "uniform + augmentation, against augmentation alone", COSINE,
         baseline="augmentation"),
+    *(
+        Row(CLASSES, arm, label, FEW_CLASSES, differing=differing)
+        for arm, label, differing in (
+            ("uniform_online", "uniform over difficulty, online (the paper)", ()),
+            ("uniform_online_placebo", "uniform's weights shuffled within each step (placebo)", ()),
+            ("uniform_online_scale", "the loss's scale factor Σw/ESS alone (weights 1)", ()),
+            ("task_interpolation", "task interpolation (MLTI)", ("data.task_interpolation",)),
+            ("augmentation", "augmentation (shifts of 4 px)", ("data.augment",)),
+        )
+    ),
     Row(SCARCE.format("euclidean"), "uniform_online", "uniform over difficulty, online (the paper)", EUCLIDEAN),
     Row(SCARCE.format("cosine"), "uniform_resample", "uniform by resampling (pool 4)", COSINE),
     Row(SCARCE.format("euclidean"), "uniform_resample", "uniform by resampling (pool 4)", EUCLIDEAN),
