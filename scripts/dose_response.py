@@ -189,7 +189,9 @@ def markdown(
             if primary.ci95 is not None
             else "95% interval not defined (Fisher's z needs n > 3)"
         )
-        line = f"r = {primary.r:+.3f}, {interval}, p = {_p(primary.pvalue)} (two-sided), n = {primary.n} seed pairs"
+        shown = _p(primary.pvalue)
+        p = shown if shown.startswith("<") else f"= {shown}"  # "p < 0.001", not "p = < 0.001"
+        line = f"r = {primary.r:+.3f}, {interval}, p {p} (two-sided), n = {primary.n} seed pairs"
     lines = [
         f"Dose-response, {cell}: {TREATMENT} − {BASELINE} at N = {', '.join(map(str, given))} images a class.",
         "",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+import runpy
 import shlex
 import shutil
 import site
@@ -267,6 +268,9 @@ _CLASSES = [
     (CLASSES_CELL, "baseline_online", "task_interpolation", ("data.task_interpolation",), 5),
     (CLASSES_CELL, "baseline_online", "augmentation", ("data.augment",), 5),
 ]
+#: the dose-response study's two levels that the answers quote (three trainings each, studies/scarce_dose/PLAN.md)
+DOSE_LEVELS = [ROOT / f"studies/scarce_dose/n{n}" for n in (30, 60, 120, 240)]
+_DOSE = [(DOSE_LEVELS[i] / STUDY_CELL.name, "baseline_online", "uniform_online", (), 3) for i in (0, 3)]
 QUOTED: dict[str, list[Any]] = {  # the page: its answer's heading, then the comparisons it quotes
     "README.md": [
         "## Does uniform sampling help?",
@@ -274,6 +278,7 @@ QUOTED: dict[str, list[Any]] = {  # the page: its answer's heading, then the com
         *_REGULARISERS[2:],
         (REGULARISERS_CELL, "augmentation", "uniform_augmentation", (), 5),
         *_CLASSES,
+        *_DOSE,
     ],  # fmt: skip
     "docs/study.md": [
         "## The answer (",
@@ -283,6 +288,7 @@ QUOTED: dict[str, list[Any]] = {  # the page: its answer's heading, then the com
         *_REGULARISERS,
         (REGULARISERS_CELL, "augmentation", "uniform_augmentation", (), 5),
         *_CLASSES,
+        *_DOSE,
     ],
 }
 #: the most lines each page's answer may take (the figure and the links after it not counted)
@@ -341,6 +347,21 @@ def test_the_readmes_forest_plot_is_the_records() -> None:
     assert drawn == now, "docs/img/scarce-forest.png is stale: python docs/hooks/make_figures.py docs/img scarce-forest"
     assert "12 classes" in now
     assert "uniform_augmentation − augmentation" in now
+
+
+def test_the_study_pages_dose_response_is_the_scripts_output(capsys: pytest.CaptureFixture[str]) -> None:
+    """docs/study.md's dose-response table and its primary line are what the plan's analysis command,
+    ``scripts/dose_response.py`` over the four level folders, prints from the records."""
+    script = runpy.run_path(str(ROOT / "scripts/dose_response.py"))
+    assert script["main"]([str(level) for level in DOSE_LEVELS]) == 0
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if re.match(r"\| \d+ \| \d+ \|", line)]
+    assert [row.split("|")[2].strip() for row in rows] == ["3"] * 4  # every level at its three trainings
+    page = (ROOT / "docs/study.md").read_text()
+    for row in rows:
+        assert row in page, f"docs/study.md's dose-response table has no row {row!r}"
+    (primary,) = (line for line in out.splitlines() if line.startswith("Primary:"))
+    assert f"**Primary: {primary.split(': ', 2)[2]}**" in page
 
 
 #: the data-scarce study's Holm families that docs/study.md quotes adjusted p's of, each (scenario, baseline,

@@ -43,6 +43,8 @@ FOREST_FAMILIES: tuple[tuple[str, str, str, dict[str, tuple[str, ...]]], ...] = 
     ("studies/scarce_classes/k12/glyphs_100_5w5s__protonet_cosine_conv4", "12 classes", "baseline_online",
      {**dict.fromkeys(("uniform_online", "uniform_online_placebo", "uniform_online_scale"), ()),
       "task_interpolation": ("data.task_interpolation",), "augmentation": ("data.augment",)}),
+    *((f"studies/scarce_dose/n{n}/glyphs_100_5w5s__protonet_cosine_conv4", f"{n} images a class (dose-response)",
+       "baseline_online", {"uniform_online": ()}) for n in (30, 60, 120, 240)),
 )  # fmt: skip
 #: the committed copy of the forest plot that the README shows (a repository's file view draws no figure at build
 #: time), and the PNG text key under which it records the rows it drew, so that a test can tell it is current

@@ -74,6 +74,11 @@ ANSWERS: tuple[Row, ...] = (
             ("augmentation", "augmentation (shifts of 4 px)", ("data.augment",)),
         )
     ),
+    *(
+        Row(f"scarce_dose/n{n}/glyphs_100_5w5s__protonet_cosine_conv4", "uniform_online",
+            "uniform over difficulty, online (the paper)", f"{n} images a class, ProtoNet-cosine (dose-response)")
+        for n in (30, 60, 120, 240)
+    ),
     Row(SCARCE.format("euclidean"), "uniform_online", "uniform over difficulty, online (the paper)", EUCLIDEAN),
     Row(SCARCE.format("cosine"), "uniform_resample", "uniform by resampling (pool 4)", COSINE),
     Row(SCARCE.format("euclidean"), "uniform_resample", "uniform by resampling (pool 4)", EUCLIDEAN),

@@ -293,3 +293,13 @@ def test_help_says_what_it_computes() -> None:
     assert done.returncode == 0
     assert "Pearson's r between g and d" in " ".join(done.stdout.split())
     assert "Holm-adjusted p over the levels" in " ".join(done.stdout.split())
+
+
+def test_a_p_below_a_thousandth_reads_as_an_inequality() -> None:
+    """The primary line says ``p < 0.001``, as the table does, never ``p = < 0.001``; a larger p keeps ``p = ``."""
+    correlation = dose["Correlation"]
+    small = dose["markdown"](correlation(12, 0.833, 7.6e-4, (0.50, 0.95)), [], [30], [], CELL)
+    assert "[+0.50, +0.95], p < 0.001 (two-sided), n = 12 seed pairs" in small
+    assert "p = <" not in small
+    large = dose["markdown"](correlation(12, 0.4, 0.197, (-0.2, 0.8)), [], [30], [], CELL)
+    assert "p = 0.197 (two-sided)" in large
