@@ -81,6 +81,7 @@ def test_lightnings_slurm_auto_requeue_keeps_its_sigusr1_handler(
     for name in ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID"):
         monkeypatch.setenv(name, "0")
     signal.signal(signal.SIGUSR1, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal, even in a background job
     handler, probe = PreemptionHandler(), Handlers()
     _fit(handler, probe, plugins=[SLURMEnvironment(auto_requeue=True)])
     lightnings = probe.seen[signal.SIGUSR1]

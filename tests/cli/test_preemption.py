@@ -52,10 +52,17 @@ def _interrupted(folder: Path, name: str, step: int, times: int = 1) -> Path:
     return config
 
 
+def _default_sigint() -> None:
+    """The child starts with SIGINT's default disposition, as from a terminal: a suite run as a background job (``make
+    test &``) would otherwise hand it an ignored SIGINT, which the fit rightly leaves ignored."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _fit(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
     command = [sys.executable, "-m", "lightning_episodes", "fit", "--config", str(config), "--test_after_fit=true"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    return subprocess.run([*command, *GLYPHS, *args], capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
+    return subprocess.run([*command, *GLYPHS, *args], capture_output=True, text=True, timeout=300, cwd=ROOT, env=env,
+                          preexec_fn=_default_sigint)  # fmt: skip
 
 
 def _resumes_to_the_end(folder: Path, last: Path) -> None:
