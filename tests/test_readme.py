@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import runpy
@@ -333,17 +332,13 @@ def test_the_readmes_forest_plot_is_the_records() -> None:
     """The README shows the committed copy of the site's forest plot (a repository's file view draws nothing at build
     time); the copy keeps the rows it drew, which must be the rows the records give now: regenerate it with
     ``python docs/hooks/make_figures.py docs/img scarce-forest`` when a training lands."""
-    spec = importlib.util.spec_from_file_location("make_figures", ROOT / "docs/hooks/make_figures.py")
-    assert spec is not None
-    assert spec.loader is not None
-    figures = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(figures)
-    assert f"]({figures.FOREST_COPY})" in README
-    with Image.open(ROOT / figures.FOREST_COPY) as image:
-        drawn = image.text[figures.FOREST_KEY]  # type: ignore[attr-defined]
+    figures = runpy.run_path(str(ROOT / "docs/hooks/make_figures.py"))
+    assert f"]({figures['FOREST_COPY']})" in README
+    with Image.open(ROOT / figures["FOREST_COPY"]) as image:
+        drawn = image.text[figures["FOREST_KEY"]]  # type: ignore[attr-defined]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # seeds made on different processors, each pair on one (the plans')
-        now = figures.forest_description(ROOT)
+        now = figures["forest_description"](ROOT)
     assert drawn == now, "docs/img/scarce-forest.png is stale: python docs/hooks/make_figures.py docs/img scarce-forest"
     assert "12 classes" in now
     assert "uniform_augmentation − augmentation" in now
