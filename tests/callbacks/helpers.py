@@ -1,4 +1,4 @@
-"""Callbacks shared by the callback tests."""
+"""Callbacks and runs shared by the callback and data tests."""
 
 from __future__ import annotations
 
@@ -8,9 +8,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 import pytorch_lightning as pl
 import torch
-from pytorch_lightning.callbacks import Callback
+from pytorch_lightning.callbacks import Callback, ModelCheckpoint
+
+from lightning_episodes import ProtoNet
+from lightning_episodes.testing import tiny_trainer
 
 
 class CrashAt(Callback):
@@ -53,3 +57,28 @@ def one_and_two_processes(folder: Path, fit: Callable[[int], object]) -> tuple[d
         fit(devices)
         runs[devices] = [torch.load(folder / f"world{devices}-rank{r}.pt", weights_only=True) for r in range(devices)]
     return runs[1][0], runs[2]
+
+
+def killed_and_resumed(
+    folder: Path, datamodule: Callable[[], pl.LightningDataModule], recorder: Callable[[], Callback]
+) -> tuple[Callback, Callback, dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """A tiny ProtoNet fitted on ``datamodule()`` three ways: without interruption (seed 0); killed before step 3 with
+    a checkpoint every 3 steps into ``folder`` (seed 0); resumed from its ``last.ckpt`` under another seed (1), so
+    that only the file can make it continue. Returns the uninterrupted and the resumed run's ``recorder()`` and their
+    final state dicts."""
+
+    def fit(seed: int, *callbacks: Callback, ckpt_path: Path | None = None) -> dict[str, torch.Tensor]:
+        pl.seed_everything(seed)
+        model = ProtoNet(backbone_options={"hidden": 8}, image_size=16)
+        trainer = tiny_trainer(limit_val_batches=0, callbacks=list(callbacks), enable_checkpointing=True)
+        trainer.fit(model, datamodule(), ckpt_path=ckpt_path)
+        return model.state_dict()
+
+    def checkpoints() -> ModelCheckpoint:
+        return ModelCheckpoint(dirpath=folder, every_n_train_steps=3, save_last=True)
+
+    straight, resumed = recorder(), recorder()
+    expected = fit(0, straight)
+    with pytest.raises(RuntimeError, match="CRASH"):
+        fit(0, checkpoints(), CrashAt(3))
+    return straight, resumed, expected, fit(1, resumed, checkpoints(), ckpt_path=folder / "last.ckpt")

@@ -10,13 +10,13 @@ import pytorch_lightning as pl
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pytorch_lightning.callbacks import Callback, ModelCheckpoint
+from pytorch_lightning.callbacks import Callback
 
 from lightning_episodes import EpisodicDataModule, ProtoNet
 from lightning_episodes.cli import main
 from lightning_episodes.data.sampler import keep_per_class
 from lightning_episodes.testing import decode_rows, tiny_dataset
-from tests.callbacks.helpers import CrashAt
+from tests.callbacks.helpers import killed_and_resumed
 from tests.helpers import assert_same_evaluation_episodes, tiny_datamodule, tiny_trainer
 
 STEPS = 60  # 240 episodes of 5 of the 12 training classes: every class ~100 times, so every kept image is drawn
@@ -117,24 +117,12 @@ class Batches(Callback):
 @pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:Checkpoint directory .* exists and is not empty")
 def test_a_killed_and_resumed_run_continues_exactly(tmp_path: Path) -> None:
-    def fit(seed: int, *callbacks: Callback, ckpt_path: Path | None = None) -> ProtoNet:
-        pl.seed_everything(seed)
-        model = ProtoNet(backbone_options={"hidden": 8}, image_size=16)
-        trainer = tiny_trainer(limit_val_batches=0, callbacks=list(callbacks), enable_checkpointing=True)
-        trainer.fit(model, tiny_datamodule(train_images_per_class=6), ckpt_path=ckpt_path)
-        return model
-
-    def checkpoints() -> ModelCheckpoint:
-        return ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=3, save_last=True)
-
-    straight, resumed = Batches(), Batches()
-    expected = fit(0, straight).state_dict()
-    with pytest.raises(RuntimeError, match="CRASH"):
-        fit(0, checkpoints(), CrashAt(3))
-    model = fit(1, resumed, checkpoints(), ckpt_path=tmp_path / "last.ckpt")  # another initialisation: from the file
+    straight, resumed, expected, state = killed_and_resumed(
+        tmp_path, lambda: tiny_datamodule(train_images_per_class=6), Batches
+    )
     assert sorted(resumed.rows) == [3, 4, 5]
     assert all(torch.equal(rows, straight.rows[step]) for step, rows in resumed.rows.items())
-    assert all(torch.equal(value, expected[key]) for key, value in model.state_dict().items())
+    assert all(torch.equal(value, expected[key]) for key, value in state.items())
 
 
 @pytest.mark.slow

@@ -14,7 +14,7 @@ import pytest
 import pytorch_lightning as pl
 import torch
 import yaml
-from pytorch_lightning.callbacks import Callback, ModelCheckpoint
+from pytorch_lightning.callbacks import Callback
 from scipy import stats
 
 from lightning_episodes import ProtoNet
@@ -27,7 +27,7 @@ from lightning_episodes.data import (
     partner_position,
 )
 from lightning_episodes.data.interpolation import box_lambda, cutmix_box
-from tests.callbacks.helpers import CrashAt
+from tests.callbacks.helpers import killed_and_resumed
 from tests.helpers import tiny_datamodule, tiny_trainer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -412,24 +412,12 @@ class Batches(Callback):
 @pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:Checkpoint directory .* exists and is not empty")
 def test_a_killed_and_resumed_fit_equals_an_uninterrupted_one(tmp_path: Path) -> None:
-    def fit(seed: int, *callbacks: Callback, ckpt_path: Path | None = None) -> ProtoNet:
-        pl.seed_everything(seed)
-        model = ProtoNet(backbone_options={"hidden": 8}, image_size=16)
-        trainer = tiny_trainer(limit_val_batches=0, callbacks=list(callbacks), enable_checkpointing=True)
-        trainer.fit(model, tiny_datamodule(task_interpolation=TaskInterpolation()), ckpt_path=ckpt_path)
-        return model
-
-    def checkpoints() -> ModelCheckpoint:
-        return ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=3, save_last=True)
-
-    straight, resumed = Batches(), Batches()
-    expected = fit(0, straight).state_dict()
-    with pytest.raises(RuntimeError, match="CRASH"):
-        fit(0, checkpoints(), CrashAt(3))
-    model = fit(1, resumed, checkpoints(), ckpt_path=tmp_path / "last.ckpt")  # another initialisation: from the file
+    straight, resumed, expected, state = killed_and_resumed(
+        tmp_path, lambda: tiny_datamodule(task_interpolation=TaskInterpolation()), Batches
+    )
     assert sorted(resumed.support) == [3, 4, 5]
     assert all(torch.equal(support, straight.support[step]) for step, support in resumed.support.items())
-    assert all(torch.equal(value, expected[key]) for key, value in model.state_dict().items())
+    assert all(torch.equal(value, expected[key]) for key, value in state.items())
     saved = torch.load(tmp_path / "last.ckpt", weights_only=True)["datamodule_hyper_parameters"]
     assert saved["task_interpolation"] == TaskInterpolation().config()
 
