@@ -441,7 +441,7 @@ def test_a_study_table_is_generated_from_the_records(tmp_path: Path) -> None:
     with the mean of its seed pairs' differences and their t interval (two seeds: t(0.975, 1) × sd / √2, by scipy
     here); a row of one seed says that its interval covers test episodes only; arms without records are left out."""
     tables = _hook("study_tables")
-    cell = tmp_path / "studies" / tables.SCARCE5
+    cell = tmp_path / "studies" / tables.SCARCE5.format("cosine")
     # two seeds of 4 episodes: uniform − baseline is +0.25 at seed 0 and +0.50 at seed 1
     for seed, (base, uniform) in enumerate([([1, 0, 0, 0], [1, 1, 0, 0]), ([0, 0, 0, 0], [1, 1, 0, 0])]):
         for arm, scores in (("baseline_online", base), ("uniform_online", uniform)):

@@ -257,8 +257,10 @@ REGULARISERS_CELL = ROOT / "studies/scarce5/n60_regularisers/glyphs_100_5w5s__pr
 REGULARISERS = {"weight_decay": "model.optimizer.weight_decay", "label_smoothing": "model.label_smoothing",
                 "augmentation": "data.augment", "task_interpolation": "data.task_interpolation"}  # fmt: skip
 CLASSES_CELL = ROOT / "studies/scarce_classes/k12/glyphs_100_5w5s__protonet_cosine_conv4"
+EUCLIDEAN_CELL = ROOT / "studies/scarce5/n60/glyphs_100_5w5s__protonet_euclidean_conv4"
 _ARMS = ("uniform_online", "uniform_online_placebo", "uniform_online_scale", "uniform_online_self")
 _MECHANISM = [(STUDY_CELL, "baseline_online", arm, (), 5) for arm in _ARMS]
+_EUCLIDEAN = [(EUCLIDEAN_CELL, "baseline_online", arm, (), 5) for arm in (*_ARMS, "uniform_offline")]
 _REGULARISERS = [(REGULARISERS_CELL, "baseline_online", arm, (setting,), 5) for arm, setting in REGULARISERS.items()]
 #: the class-subset study's arms by its plan's rule: three trainings each, five for those that differed by more than
 #: the baseline's spread (studies/scarce_classes/PLAN.md)
@@ -274,6 +276,7 @@ QUOTED: dict[str, list[Any]] = {  # the page: its answer's heading, then the com
     "README.md": [
         "## Does uniform sampling help?",
         *_MECHANISM,
+        *_EUCLIDEAN[:2],
         *_REGULARISERS[2:],
         (REGULARISERS_CELL, "augmentation", "uniform_augmentation", (), 5),
         *_CLASSES,
@@ -284,6 +287,9 @@ QUOTED: dict[str, list[Any]] = {  # the page: its answer's heading, then the com
         *_MECHANISM,
         (STUDY_CELL, "uniform_online_placebo", "uniform_online", (), 5),
         (STUDY_CELL, "uniform_online_scale", "uniform_online", (), 5),
+        *_EUCLIDEAN,
+        (EUCLIDEAN_CELL, "uniform_online_placebo", "uniform_online", (), 5),
+        (EUCLIDEAN_CELL, "uniform_online_scale", "uniform_online", (), 5),
         *_REGULARISERS,
         (REGULARISERS_CELL, "augmentation", "uniform_augmentation", (), 5),
         *_CLASSES,
@@ -427,43 +433,46 @@ def test_the_study_quotes_the_holm_adjusted_p_of_its_data_scarce_families() -> N
     assert primary < 0.05 < static_dpp
 
 
-FAMILY_TABLES = {  # the family, its scenario, compare's arguments, and how its table in docs/study.md starts
-    "M": (STUDY_CELL, ["--treatment", "uniform_online_placebo", "uniform_online_self", "uniform_online_scale",
-                       "uniform_offline", "--contrast", "uniform_online:uniform_online_placebo",
-                       "uniform_online:uniform_online_scale"],
-          "| comparison | over five trainings (pp) | p | p (Holm, family M, m = 6)"),
-    "R": (REGULARISERS_CELL, ["--treatment", *REGULARISERS, "--contrast", "uniform_augmentation:augmentation",
-                              "--differing", f"[{','.join(REGULARISERS.values())}]"],
-          "| comparison | over five trainings (pp) | p | p (Holm, family R, m = 5)"),
-    "K": (CLASSES_CELL, ["--treatment", "uniform_online_placebo", "uniform_online_scale", "task_interpolation",
-                         "augmentation", "--differing", "[data.task_interpolation,data.augment]"],
-          "| comparison | over trainings (pp) | p | p (Holm, family K, m = 4)"),
+_MECHANISM_ARGUMENTS = ["--treatment", "uniform_online_placebo", "uniform_online_self", "uniform_online_scale",
+                        "uniform_offline", "--contrast", "uniform_online:uniform_online_placebo",
+                        "uniform_online:uniform_online_scale"]  # fmt: skip
+#: each table of a Holm family in docs/study.md: its family, its scenario, compare's arguments, how the table starts,
+#: and whether it also holds the primary endpoint (a row outside the family)
+FAMILY_TABLES = {
+    "M, cosine": ("M", STUDY_CELL, _MECHANISM_ARGUMENTS,
+                  "| comparison | over five trainings (pp) | p | p (Holm, family M, m = 6)", True),
+    "M, Euclidean": ("M", EUCLIDEAN_CELL, _MECHANISM_ARGUMENTS,
+                     "| comparison, Euclidean | over five trainings (pp) | p | p (Holm, family M, m = 6)", True),
+    "R": ("R", REGULARISERS_CELL, ["--treatment", *REGULARISERS, "--contrast", "uniform_augmentation:augmentation",
+                                   "--differing", f"[{','.join(REGULARISERS.values())}]"],
+          "| comparison | over five trainings (pp) | p | p (Holm, family R, m = 5)", False),
+    "K": ("K", CLASSES_CELL, ["--treatment", "uniform_online_placebo", "uniform_online_scale", "task_interpolation",
+                              "augmentation", "--differing", "[data.task_interpolation,data.augment]"],
+          "| comparison | over trainings (pp) | p | p (Holm, family K, m = 4)", True),
 }  # fmt: skip
-#: the families whose table also holds the primary endpoint (a row outside the family)
-WITH_PRIMARY = {"M", "K"}
 
 
-@pytest.mark.parametrize("family", sorted(FAMILY_TABLES))
+@pytest.mark.parametrize("table", sorted(FAMILY_TABLES))
 def test_the_study_pages_family_tables_are_compares_one_command(
-    family: str, capsys: pytest.CaptureFixture[str]
+    table: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The five-training study's family tables give, per comparison, the difference over trainings, the raw p and the
     Holm-adjusted p that ``compare ... --correction holm`` prints from the records in one command (the page's)."""
     from lightning_episodes.commands.compare import main
 
-    scenario, arguments, header = FAMILY_TABLES[family]
+    family, scenario, arguments, header, with_primary = FAMILY_TABLES[table]
     argv = [str(scenario), "--seeds", "tested", *arguments, "--correction", "holm", "--family", family]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # seeds made on different processors, each pair on one (the plan's)
         assert main(argv) == 0
     rows = [line.split("|") for line in capsys.readouterr().out.splitlines() if line.startswith("| Glyphs-100")]
     page = (ROOT / "docs/study.md").read_text()
-    table = page[page.index(header) :]
-    table = table[: table.index("\n\n")].replace("**", "").replace("−", "-")
-    assert len(rows) == len(table.splitlines()) - 2 - (family in WITH_PRIMARY)
+    lines = page[page.index(header) :]
+    lines = lines[: lines.index("\n\n")].replace("**", "").replace("−", "-")
+    assert len(rows) == len(lines.splitlines()) - 2 - with_primary
     for row in rows:
         difference, raw, adjusted = (cell.strip() for cell in row[4:7])
         mean = difference.split(" (")[0]
-        assert f"| {mean} | {raw} | {adjusted} |" in table, (
-            f"docs/study.md's family-{family} table has no row {mean} | {raw} | {adjusted}"
+        assert f"| {mean} | {raw} | {adjusted} |" in lines, (
+            f"docs/study.md's family-{table} table has no row {mean} | {raw} | {adjusted}"
         )

@@ -25,12 +25,13 @@ DIFFICULTY_RECORD = "studies/paper_gpu/step/glyphs_100_5w1s__protonet_euclidean_
 SCARCE_STUDY = "studies/scarce/n60"
 #: the forest plot of the data-scarce studies' answer (docs/study.md, the README): per family of comparisons, its
 #: scenario folder, the heading its rows are drawn under, its baseline arm, and each treatment with the settings in
-#: which it differs from the baseline; a family or treatment without records yet is left out. (The Euclidean cell's
-#: mechanism family, C2 of studies/scarce5/PLAN.md, joins when its five trainings have landed.)
+#: which it differs from the baseline; a family or treatment without records yet is left out.
+_MECHANISM_ARMS: dict[str, tuple[str, ...]] = dict.fromkeys(
+    ("uniform_online", "uniform_online_placebo", "uniform_online_self", "uniform_online_scale", "uniform_offline"), ()
+)
 FOREST_FAMILIES: tuple[tuple[str, str, str, dict[str, tuple[str, ...]]], ...] = (
-    ("studies/scarce5/n60/glyphs_100_5w5s__protonet_cosine_conv4", "60 images a class: mechanism", "baseline_online",
-     dict.fromkeys(("uniform_online", "uniform_online_placebo", "uniform_online_self", "uniform_online_scale",
-                    "uniform_offline"), ())),
+    *((f"studies/scarce5/n60/glyphs_100_5w5s__protonet_{distance}_conv4", f"60 images a class, {name}: mechanism",
+       "baseline_online", _MECHANISM_ARMS) for distance, name in (("cosine", "cosine"), ("euclidean", "Euclidean"))),
     ("studies/scarce5/n60_regularisers/glyphs_100_5w5s__protonet_cosine_conv4", "60 images a class: regularisers",
      "baseline_online", {"weight_decay": ("model.optimizer.weight_decay",),
                          "label_smoothing": ("model.label_smoothing",), "augmentation": ("data.augment",),

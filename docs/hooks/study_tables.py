@@ -43,7 +43,7 @@ class Row(NamedTuple):
     differing: tuple[str, ...] = ()
 
 
-SCARCE5 = "scarce5/n60/glyphs_100_5w5s__protonet_cosine_conv4"
+SCARCE5 = "scarce5/n60/glyphs_100_5w5s__protonet_{}_conv4"
 REGULARISERS = "scarce5/n60_regularisers/glyphs_100_5w5s__protonet_cosine_conv4"
 SCARCE = "scarce/n60/glyphs_100_5w5s__protonet_{}_conv4"
 CLASSES = "scarce_classes/k12/glyphs_100_5w5s__protonet_cosine_conv4"
@@ -51,11 +51,22 @@ COSINE, EUCLIDEAN = "data-scarce 5-shot, ProtoNet-cosine", "data-scarce 5-shot, 
 FEW_CLASSES = "12 training classes 5-shot, ProtoNet-cosine"
 #: the arms of the study a reader chooses between, each against the baseline of its cell
 ANSWERS: tuple[Row, ...] = (
-    Row(SCARCE5, "uniform_online", "uniform over difficulty, online (the paper)", COSINE),
-    Row(SCARCE5, "uniform_offline", "uniform, offline estimate", COSINE),
-    Row(SCARCE5, "uniform_online_placebo", "uniform's weights shuffled within each step (placebo)", COSINE),
-    Row(SCARCE5, "uniform_online_scale", "the loss's scale factor Σw/ESS alone (weights 1)", COSINE),
-    Row(SCARCE5, "uniform_online_self", "uniform, self-normalised (no scale factor)", COSINE),
+    *(
+        Row(SCARCE5.format(distance), arm, label, where)
+        for distance, where in (("cosine", COSINE), ("euclidean", EUCLIDEAN))
+        for arm, label in (
+            ("uniform_online", "uniform over difficulty, online (the paper)"),
+            ("uniform_offline", "uniform, offline estimate"),
+            ("uniform_online_placebo", "uniform's weights shuffled within each step (placebo)"),
+            ("uniform_online_scale", "the loss's scale factor Σw/ESS alone (weights 1)"),
+            ("uniform_online_self", "uniform, self-normalised (no scale factor)"),
+        )
+    ),
+    *(
+        Row(SCARCE5.format(distance), "uniform_online", "uniform against its weights shuffled (the aim)", where,
+            baseline="uniform_online_placebo")
+        for distance, where in (("cosine", COSINE), ("euclidean", EUCLIDEAN))
+    ),
     Row(REGULARISERS, "weight_decay", "weight decay 5e-4", COSINE, differing=("model.optimizer.weight_decay",)),
     Row(REGULARISERS, "label_smoothing", "label smoothing 0.1", COSINE, differing=("model.label_smoothing",)),
     Row(REGULARISERS, "augmentation", "augmentation (shifts of 4 px)", COSINE, differing=("data.augment",)),
@@ -79,7 +90,6 @@ ANSWERS: tuple[Row, ...] = (
             "uniform over difficulty, online (the paper)", f"{n} images a class, ProtoNet-cosine (dose-response)")
         for n in (30, 60, 120, 240)
     ),
-    Row(SCARCE.format("euclidean"), "uniform_online", "uniform over difficulty, online (the paper)", EUCLIDEAN),
     Row(SCARCE.format("cosine"), "uniform_resample", "uniform by resampling (pool 4)", COSINE),
     Row(SCARCE.format("euclidean"), "uniform_resample", "uniform by resampling (pool 4)", EUCLIDEAN),
     Row("scarce_static_dpp/n60/glyphs_100_5w5s__protonet_cosine_conv4", "baseline_online__static_dpp", "static DPP",
