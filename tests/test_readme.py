@@ -453,9 +453,7 @@ FAMILY_TABLES = {
 
 
 @pytest.mark.parametrize("table", sorted(FAMILY_TABLES))
-def test_the_study_pages_family_tables_are_compares_one_command(
-    table: str, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_the_study_pages_family_tables_are_compares_one_command(table: str, capsys: pytest.CaptureFixture[str]) -> None:
     """The five-training study's family tables give, per comparison, the difference over trainings, the raw p and the
     Holm-adjusted p that ``compare ... --correction holm`` prints from the records in one command (the page's)."""
     from lightning_episodes.commands.compare import main
