@@ -49,11 +49,13 @@ SCARCE = "scarce/n60/glyphs_100_5w5s__protonet_{}_conv4"
 CLASSES = "scarce_classes/k12/glyphs_100_5w5s__protonet_cosine_conv4"
 COSINE, EUCLIDEAN = "data-scarce 5-shot, ProtoNet-cosine", "data-scarce 5-shot, ProtoNet-Euclidean"
 FEW_CLASSES = "12 training classes 5-shot, ProtoNet-cosine"
+#: the data-scarce 5-shot ProtoNet cells: the distance in their folders' names, and the cell as a reader knows it
+PROTONET_CELLS = (("cosine", COSINE), ("euclidean", EUCLIDEAN))
 #: the arms of the study a reader chooses between, each against the baseline of its cell
 ANSWERS: tuple[Row, ...] = (
     *(
         Row(SCARCE5.format(distance), arm, label, where)
-        for distance, where in (("cosine", COSINE), ("euclidean", EUCLIDEAN))
+        for distance, where in PROTONET_CELLS
         for arm, label in (
             ("uniform_online", "uniform over difficulty, online (the paper)"),
             ("uniform_offline", "uniform, offline estimate"),
@@ -65,7 +67,7 @@ ANSWERS: tuple[Row, ...] = (
     *(
         Row(SCARCE5.format(distance), "uniform_online", "uniform against its weights shuffled (the aim)", where,
             baseline="uniform_online_placebo")
-        for distance, where in (("cosine", COSINE), ("euclidean", EUCLIDEAN))
+        for distance, where in PROTONET_CELLS
     ),
     Row(REGULARISERS, "weight_decay", "weight decay 5e-4", COSINE, differing=("model.optimizer.weight_decay",)),
     Row(REGULARISERS, "label_smoothing", "label smoothing 0.1", COSINE, differing=("model.label_smoothing",)),
@@ -102,7 +104,7 @@ ANSWERS: tuple[Row, ...] = (
             ("adaptive", "adaptive task sampling"),
             ("no_diversity_batch", "no-diversity batch (a control)"),
         )
-        for distance, where in (("cosine", COSINE), ("euclidean", EUCLIDEAN))
+        for distance, where in PROTONET_CELLS
     ),
     Row("scarce/n60/glyphs_100_5w5s__maml_conv4", "uniform_online", "uniform over difficulty, online (the paper)",
         "data-scarce 5-shot, MAML (its baseline under-fits)"),
