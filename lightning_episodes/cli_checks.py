@@ -16,7 +16,7 @@ from pytorch_lightning.loggers import CSVLogger
 from pytorch_lightning.utilities import rank_zero_warn
 
 from lightning_episodes.algorithms.base import EpisodicModule
-from lightning_episodes.algorithms.memory import BatchShape, available_memory, episode_batch_bytes
+from lightning_episodes.algorithms.memory import MIXED_LOWER, BatchShape, available_memory, episode_batch_bytes
 from lightning_episodes.callbacks.checkpointing import checkpoint_callback
 from lightning_episodes.commands._common import available_devices
 from lightning_episodes.data.datamodule import EpisodicDataModule
@@ -84,8 +84,10 @@ def check_memory(trainer: pl.Trainer, model: Any, datamodule: Any, subcommand: s
     """Check that a batch of episodes fits in the memory this machine has available, before any step: a training
     batch (``fit``) and an evaluation batch (every subcommand), estimated by
     :func:`~lightning_episodes.algorithms.memory.episode_batch_bytes` for the configured algorithm, backbone, sizes,
-    device and precision. On a CPU the processes of the machine share its memory. Says nothing where the estimate or
-    the available memory cannot be had.
+    device and precision. On a CPU the processes of the machine share its memory. A mixed precision is estimated
+    between its lower dtype's true precision and float32 (:data:`~lightning_episodes.algorithms.memory.MIXED_LOWER`):
+    refused only if even the lower bound does not fit, a warning if the upper one leaves little room. Says nothing
+    where the estimate or the available memory cannot be had.
 
     Raises:
         ValueError: in one line with the estimate, the available memory and the options that drive it, if a batch
@@ -107,24 +109,33 @@ def check_memory(trainer: pl.Trainer, model: Any, datamodule: Any, subcommand: s
         episodes = data.episodes_per_batch // trainer.world_size
         stages.insert(0, ("training", BatchShape(episodes, data.ways, data.shots, data.queries, **side), ""))
     processes = trainer.num_devices if device.type == "cpu" else 1
+    precision = str(trainer.precision)
     for stage, shape, prefix in stages:
-        try:
-            needed = processes * episode_batch_bytes(model, shape, stage == "training", device, str(trainer.precision))
+        try:  # a mixed precision: at least its lower dtype's true precision, at most float32
+            low = high = processes * episode_batch_bytes(model, shape, stage == "training", device, precision)
+            if precision in MIXED_LOWER:
+                low = processes * episode_batch_bytes(model, shape, stage == "training", device, MIXED_LOWER[precision])
         except RuntimeError:
             return  # an algorithm that reads values in its step: no estimate
-        if needed <= MEMORY_WARNING_SHARE * available:
+        if high <= MEMORY_WARNING_SHARE * available:
             continue
         per_episode = f"{prefix}shots {shape.shots} + {prefix}queries {shape.queries}"
         backbone = type(getattr(model, "backbone", model)).__name__
+        sizes = (
+            f"between {_size(low)} ({MIXED_LOWER[precision]}) and {_size(high)} (float32)"
+            if precision in MIXED_LOWER
+            else f"about {_size(high)}"
+        )
         what = (
-            f"a batch of episodes needs about {_size(needed)} in {stage} (data.{prefix}ways {shape.ways} x "
+            f"a batch of episodes needs {sizes} in {stage} (data.{prefix}ways {shape.ways} x "
             f"({per_episode}) images x {prefix}episodes_per_batch {shape.episodes}"
             f"{f' x {processes} processes' if processes > 1 else ''}, {backbone} activations)"
         )
         lower = f"lower data.{prefix}ways, data.{prefix}queries or data.{prefix}episodes_per_batch"
-        if needed > available:
+        if low > available:
             raise ValueError(f"{what}, more than the {_size(available)} available on {device.type}; {lower}")
-        share = f"{needed / available:.0%} of the {_size(available)} available on {device.type}"
+        share = f"{high / available:.0%} of the {_size(available)} available on {device.type}"
+        share = f"up to {share}" if precision in MIXED_LOWER else share
         rank_zero_warn(f"{what}: {share}, which leaves little room; {lower} if the run is killed for memory")
 
 

@@ -128,3 +128,21 @@ def test_a_batch_near_the_available_memory_is_a_warning(tmp_path: Path, monkeypa
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         cli_checks.check_memory(cli.trainer, cli.model, cli.datamodule, "fit")
+
+
+def test_a_mixed_precision_is_refused_only_when_its_lower_bound_does_not_fit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``bf16-mixed`` needs between ``bf16-true``'s memory and float32's (the dry run cannot autocast): a batch that
+    fits in the first is a warning, not a refusal of a run that would fit."""
+    cli = main(["--config", str(_config(tmp_path)), "--trainer.precision=bf16-mixed"], run=False)
+    needs = {("bf16-true", True): 5 * 2**30, ("bf16-mixed", True): 9 * 2**30}
+    estimate = lambda model, shape, training, device, precision: needs.get((precision, training), 2**20)  # noqa: E731
+    monkeypatch.setattr(cli_checks, "episode_batch_bytes", estimate)
+    monkeypatch.setattr(cli_checks, "available_memory", lambda device: 6 * 2**30)
+    bounds = r"needs between 5\.0 GiB \(bf16-true\) and 9\.0 GiB \(float32\) in training "
+    with pytest.warns(UserWarning, match=bounds + r".*: up to 150% of the 6\.0 GiB available on cpu, which leaves"):
+        cli_checks.check_memory(cli.trainer, cli.model, cli.datamodule, "fit")
+    monkeypatch.setattr(cli_checks, "available_memory", lambda device: 4 * 2**30)
+    with pytest.raises(ValueError, match=bounds + r".*, more than the 4\.0 GiB available on cpu; lower data\.ways"):
+        cli_checks.check_memory(cli.trainer, cli.model, cli.datamodule, "fit")
