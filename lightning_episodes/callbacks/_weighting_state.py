@@ -278,8 +278,9 @@ class WeightingState:
         learns, so the end of the warm-up's prediction may stop holding (or never have held). Once the selection
         fit's window is full, warns when the *measured* distance (``weighting/ks`` of the last ``window`` chosen
         episodes) turns above :data:`POOL_KS_WARNING` (or the KS critical value at :data:`POOL_KS_LEVEL` for so
-        many episodes, if larger), with :meth:`check_pool`'s advice from the recent difficulties; again only after
-        it came back below, and at most :data:`MAX_FIT_WARNINGS` pool warnings a run."""
+        many episodes, if larger), with :meth:`check_pool`'s advice from the recent difficulties (or, where the
+        simulation of the pool on them reaches the target, that the pool is not the cause); again only after it came
+        back below, and at most :data:`MAX_FIT_WARNINGS` pool warnings a run."""
         fit = self.selection_fit
         if fit is None or fit.chosen.numel() < fit.window:
             return
@@ -296,13 +297,17 @@ class WeightingState:
             return
         self.pool_warnings += 1
         recent = self.diagnostics.difficulties
+        advice = (
+            self._pool_advice(predicted, pool, batch, target, progress, out_of_support, proposal_name)
+            if predicted > limit
+            else f", within {limit:.2f}: the pool is not what keeps the batches off the target"
+        )
         rank_zero_warn(
             f"DifficultyWeightingCallback: after {self.proposal.steps} steps the chosen batches are at a "
             f"Kolmogorov-Smirnov distance of {summary['ks']:.2f} from the target (weighting/ks over the last {count} "
             f"chosen episodes, above {limit:.2f}; plain batches {summary['ks_plain']:.2f}); on the last "
             f"{recent.numel()} difficulties (skewness {skewness(recent):.1f}) pool={pool} would reach about "
-            f"{predicted:.2f}"
-            + self._pool_advice(predicted, pool, batch, target, progress, out_of_support, proposal_name)
+            f"{predicted:.2f}{advice}"
         )
 
     def pool_fidelity(
@@ -341,9 +346,11 @@ class WeightingState:
                 f"; pool={larger} would reach about {reached:.2f} at {growth}x the scoring cost "
                 f"(--trainer.callbacks.pool={larger})"
             )
+        said = f"; a larger pool would not help (pool={larger}: about {reached:.2f}): proposal={proposal_name!r}"
+        if proposal_name == "empirical":  # the advice below would be this proposal itself
+            return f"{said} follows their shape already: the target puts its mass where few difficulties lie"
         return (
-            f"; a larger pool would not help (pool={larger}: about {reached:.2f}): proposal={proposal_name!r} "
-            "puts the target's mass where the difficulties are not (a proposal that fits their skew, e.g. "
+            f"{said} puts the target's mass where the difficulties are not (a proposal that fits their skew, e.g. "
             "proposal=empirical, may)"
         )
 

@@ -334,8 +334,9 @@ class DifficultyWeightingCallback(Callback):
             self._check_pool(batch, progress, measured=steps > every)
 
     def _check_pool(self, batch: int, progress: float | None, measured: bool = False) -> None:
-        # the pool is the resampler's, which draws k |B| candidates a step
-        if (options := self.options).mode == "resample":
+        # the pool is the resampler's, which draws k |B| candidates a step; the placebo's choice is blind to
+        # difficulty by design (its batches stay at plain batches' distance from the target): nothing to warn of
+        if (options := self.options).mode == "resample" and not options.shuffle_weights:
             name, pool, state = options.proposal_name, self.resampler.pool, self.state
             check = state.recheck_pool if measured else state.check_pool
             check(pool, batch, self.target, progress, options.out_of_support, name)

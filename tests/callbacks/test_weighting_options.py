@@ -220,6 +220,21 @@ def test_a_pool_that_stops_reaching_the_target_is_named_when_the_measured_distan
     assert callback.state.pool_verdict == "off"
 
 
+def test_the_resampling_placebo_is_never_warned_off_the_target() -> None:
+    """The placebo deals the pool's weights at random before choosing: blind to difficulty by design, its batches stay
+    at plain batches' distance from the target. Where the same run without shuffling is warned (above), the placebo's
+    is not: the warning would be a false alarm with advice to change what the placebo is meant to keep."""
+    callback = DifficultyWeightingCallback(
+        mode="resample", pool=2, proposal="normal", warmup_steps=10, window=100, shuffle_weights=True
+    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _fit(callback, FallingDifficulties(image_size=16), max_steps=51, log_every_n_steps=50)
+    assert [str(w.message) for w in caught if "pool=" in str(w.message)] == []
+    assert callback.state.selection_fit is not None
+    assert callback.state.selection_fit.summary()["ks"] > 0.1  # off the target, as a placebo is
+
+
 def test_plain_sampling_never_warns_of_a_misfit() -> None:
     """The baseline's weights are 1 whatever ``q`` is: advice to change ``proposal`` would change nothing."""
     callback = DifficultyWeightingCallback(target="baseline", proposal="normal", warmup_steps=40)
