@@ -21,7 +21,6 @@ val/acc, or no seed pair at all::
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import math
 import re
@@ -37,12 +36,12 @@ from typing import Any
 from scipy import stats
 
 from lightning_episodes.analysis.comparison import holm
+from lightning_episodes.analysis.scalars import SCALARS_FILE, read_scalar_table
 from lightning_episodes.commands.compare import run_record
 from lightning_episodes.evaluation.record import read_record
 
 BASELINE = "baseline_online"
 TREATMENT = "uniform_online"
-SCALARS_FILE = "scalars.csv"  # beside a test record: "tag,step,value" rows, or one "step" column and one per tag
 
 Scalars = dict[str, list[tuple[int, float]]]
 
@@ -256,19 +255,14 @@ def read_scalars(path: Path) -> Scalars:
     """
     if not path.is_file():
         raise StudyError(f"no {path} (write it beside the event files with scripts/study_diagnostics.py --export)")
+    try:
+        cells = read_scalar_table(path)
+    except ValueError as error:
+        raise StudyError(str(error)) from error
     found: dict[str, dict[int, float]] = defaultdict(dict)
-    with path.open(newline="") as f:
-        reader = csv.DictReader(f)
-        fields = reader.fieldnames or []
-        if fields[:3] == ["tag", "step", "value"]:
-            cells = ((row["tag"], row["step"], row["value"]) for row in reader)
-        elif "step" in fields:
-            cells = ((tag, row["step"], value) for row in reader for tag, value in row.items() if tag != "step")
-        else:
-            raise StudyError(f"{path} is not a scalars table: its header has neither tag,step,value nor step")
-        for tag, step, value in cells:
-            if value and math.isfinite(number := float(value)):
-                found[tag][int(float(step))] = number
+    for tag, step, value in cells:
+        if math.isfinite(value):
+            found[tag][step] = value
     return {tag: sorted(values.items()) for tag, values in found.items()}
 
 

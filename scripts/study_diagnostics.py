@@ -36,6 +36,8 @@ from pathlib import Path
 
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from lightning_episodes.analysis.scalars import SCALARS_FILE, read_scalar_table
+
 TAGS = {
     "ESS/\\|B\\|": "weighting/ess_over_batch",  # the pipes escaped: the header is a markdown table row
     "outside support (%)": "weighting/outside_support",
@@ -48,7 +50,6 @@ TAGS = {
 
 
 GAP = "base - novel accuracy (points)"
-SCALARS_FILE = "scalars.csv"  # a run's logged scalars, one "tag,step,value" row each (``--export``)
 
 Scalars = dict[str, list[tuple[int, float]]]
 
@@ -62,9 +63,8 @@ def read_scalars(folder: Path) -> Scalars:
         for tag in events.Tags()["scalars"]:
             scalars[tag] = [(e.step, e.value) for e in events.Scalars(tag)]
     elif (folder / SCALARS_FILE).is_file():
-        with (folder / SCALARS_FILE).open(newline="") as f:
-            for row in csv.DictReader(f):
-                scalars[row["tag"]].append((int(row["step"]), float(row["value"])))
+        for tag, step, value in read_scalar_table(folder / SCALARS_FILE):
+            scalars[tag].append((step, value))
     return scalars
 
 

@@ -108,3 +108,14 @@ def test_exported_scalars_give_the_same_table_without_the_event_files(
     assert study["main"]([str(tmp_path)]) == 0
     assert capsys.readouterr().out == from_events
     assert "| uniform_online | 2 | 85.0 | 1750 | 0.75 |" in from_events
+
+
+def test_records_in_either_scalars_layout_are_read(capsys: pytest.CaptureFixture[str]) -> None:
+    """``studies/scarce_resample`` keeps scalars in both layouts (the copied ``scarce5`` seeds 0 and 1 as Lightning's
+    ``metrics.csv``, the rest as ``tag,step,value``): every arm has its three seeds and its logged diagnostics."""
+    assert study["main"]([str(ROOT / "studies/scarce_resample/n60")]) == 0
+    lines = [line.split("|") for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
+    rows = {cells[1].strip(): cells for cells in lines}
+    for arm in ("baseline_online", "uniform_online", "uniform_resample_empirical16"):
+        assert rows[arm][2].strip() == "3", rows[arm]
+        assert rows[arm][5].strip() != "–"  # ESS/|B|, from every seed's scalars
