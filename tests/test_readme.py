@@ -269,6 +269,14 @@ _CLASSES = [
     (CLASSES_CELL, "baseline_online", "task_interpolation", ("data.task_interpolation",), 5),
     (CLASSES_CELL, "baseline_online", "augmentation", ("data.augment",), 5),
 ]
+#: resampling at its target (three trainings, studies/scarce_resample/PLAN.md): the primary endpoint, the aim given the
+#: pool, and re-weighting against resampling
+RESAMPLE_CELL = ROOT / "studies/scarce_resample/n60/glyphs_100_5w5s__protonet_cosine_conv4"
+_RESAMPLE = [
+    (RESAMPLE_CELL, "baseline_online", "uniform_resample_empirical16", (), 3),
+    (RESAMPLE_CELL, "uniform_resample_placebo_empirical16", "uniform_resample_empirical16", (), 3),
+    (RESAMPLE_CELL, "uniform_resample_empirical16", "uniform_online", (), 3),
+]
 #: the dose-response study's two levels that the answers quote (three trainings each, studies/scarce_dose/PLAN.md)
 DOSE_LEVELS = [ROOT / f"studies/scarce_dose/n{n}" for n in (30, 60, 120, 240)]
 _DOSE = [(DOSE_LEVELS[i] / STUDY_CELL.name, "baseline_online", "uniform_online", (), 3) for i in (0, 3)]
@@ -294,6 +302,7 @@ QUOTED: dict[str, list[Any]] = {  # the page: its answer's heading, then the com
         (REGULARISERS_CELL, "augmentation", "uniform_augmentation", (), 5),
         *_CLASSES,
         *_DOSE,
+        *_RESAMPLE,
     ],
 }
 #: the most lines each page's answer may take (the figure and the links after it not counted)
@@ -449,6 +458,10 @@ FAMILY_TABLES = {
     "K": ("K", CLASSES_CELL, ["--treatment", "uniform_online_placebo", "uniform_online_scale", "task_interpolation",
                               "augmentation", "--differing", "[data.task_interpolation,data.augment]"],
           "| comparison | over trainings (pp) | p | p (Holm, family K, m = 4)", True),
+    "S": ("S", RESAMPLE_CELL, ["--treatment", "uniform_resample_placebo_empirical16", "--contrast",
+                               "uniform_resample_empirical16:uniform_resample_placebo_empirical16",
+                               "uniform_online:uniform_resample_empirical16"],
+          "| comparison, resampling | over three trainings (pp) | p | p (Holm, family S, m = 3)", True),
 }  # fmt: skip
 
 

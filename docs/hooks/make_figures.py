@@ -44,6 +44,9 @@ FOREST_FAMILIES: tuple[tuple[str, str, str, dict[str, tuple[str, ...]]], ...] = 
       "task_interpolation": ("data.task_interpolation",), "augmentation": ("data.augment",)}),
     *((f"studies/scarce_dose/n{n}/glyphs_100_5w5s__protonet_cosine_conv4", f"{n} images a class (dose-response)",
        "baseline_online", {"uniform_online": ()}) for n in (30, 60, 120, 240)),
+    ("studies/scarce_resample/n60/glyphs_100_5w5s__protonet_cosine_conv4",
+     "60 images a class, cosine: resampling at its target", "baseline_online",
+     dict.fromkeys(("uniform_resample_empirical16", "uniform_resample_placebo_empirical16"), ())),
 )  # fmt: skip
 #: the committed copy of the forest plot that the README shows (a repository's file view draws no figure at build
 #: time), and the PNG text key under which it records the rows it drew, so that a test can tell it is current

@@ -47,6 +47,7 @@ SCARCE5 = "scarce5/n60/glyphs_100_5w5s__protonet_{}_conv4"
 REGULARISERS = "scarce5/n60_regularisers/glyphs_100_5w5s__protonet_cosine_conv4"
 SCARCE = "scarce/n60/glyphs_100_5w5s__protonet_{}_conv4"
 CLASSES = "scarce_classes/k12/glyphs_100_5w5s__protonet_cosine_conv4"
+RESAMPLE = "scarce_resample/n60/glyphs_100_5w5s__protonet_cosine_conv4"
 COSINE, EUCLIDEAN = "data-scarce 5-shot, ProtoNet-cosine", "data-scarce 5-shot, ProtoNet-Euclidean"
 FEW_CLASSES = "12 training classes 5-shot, ProtoNet-cosine"
 #: the data-scarce 5-shot ProtoNet cells: the distance in their folders' names, and the cell as a reader knows it
@@ -93,6 +94,10 @@ ANSWERS: tuple[Row, ...] = (
         for n in (30, 60, 120, 240)
     ),
     Row(SCARCE.format("cosine"), "uniform_resample", "uniform by resampling (pool 4)", COSINE),
+    Row(RESAMPLE, "uniform_resample_empirical16", "uniform by resampling, at its target (empirical proposal, pool 16)",
+        COSINE),
+    Row(RESAMPLE, "uniform_resample_empirical16", "resampling at its target, against its blind placebo (the aim)",
+        COSINE, baseline="uniform_resample_placebo_empirical16"),
     Row(SCARCE.format("euclidean"), "uniform_resample", "uniform by resampling (pool 4)", EUCLIDEAN),
     Row("scarce_static_dpp/n60/glyphs_100_5w5s__protonet_cosine_conv4", "baseline_online__static_dpp", "static DPP",
         COSINE),
