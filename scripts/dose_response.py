@@ -36,14 +36,12 @@ from typing import Any
 from scipy import stats
 
 from lightning_episodes.analysis.comparison import holm
-from lightning_episodes.analysis.scalars import SCALARS_FILE, read_scalar_table
+from lightning_episodes.analysis.scalars import SCALARS_FILE, Scalars, read_scalar_table
 from lightning_episodes.commands.compare import run_record
 from lightning_episodes.evaluation.record import read_record
 
 BASELINE = "baseline_online"
 TREATMENT = "uniform_online"
-
-Scalars = dict[str, list[tuple[int, float]]]
 
 
 class StudyError(ValueError):

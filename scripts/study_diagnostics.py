@@ -36,7 +36,7 @@ from pathlib import Path
 
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from lightning_episodes.analysis.scalars import SCALARS_FILE, read_scalar_table
+from lightning_episodes.analysis.scalars import SCALARS_FILE, Scalars, read_scalar_table
 
 TAGS = {
     "ESS/\\|B\\|": "weighting/ess_over_batch",  # the pipes escaped: the header is a markdown table row
@@ -50,8 +50,6 @@ TAGS = {
 
 
 GAP = "base - novel accuracy (points)"
-
-Scalars = dict[str, list[tuple[int, float]]]
 
 
 def read_scalars(folder: Path) -> Scalars:

@@ -9,6 +9,9 @@ from pathlib import Path
 #: the table's name beside a run's ``test_results.json``
 SCALARS_FILE = "scalars.csv"
 
+#: a run's scalars by tag: ``(step, value)`` pairs
+Scalars = dict[str, list[tuple[int, float]]]
+
 
 def read_scalar_table(path: str | Path) -> list[tuple[str, int, float]]:
     """``(tag, step, value)`` for every filled cell of a scalars table, in the file's order (non-finite values kept).
