@@ -37,7 +37,12 @@ from lightning_episodes.algorithms.loading import (
     state_dict_mismatch,
 )
 from lightning_episodes.algorithms.schedules import check_schedule
-from lightning_episodes.callbacks.checkpointing import checkpoint_callback, continue_logger_version, last_checkpoints
+from lightning_episodes.callbacks.checkpointing import (
+    ResumableCheckpoint,
+    checkpoint_callback,
+    continue_logger_version,
+    last_checkpoints,
+)
 from lightning_episodes.callbacks.defaults import default_callbacks
 from lightning_episodes.callbacks.preemption import PreemptionHandler
 from lightning_episodes.cli_checks import (
@@ -324,8 +329,10 @@ class EpisodicCLI(LightningCLI):
                 self._check_checkpoint_model(checkpoint, str(path), subcommand)
         except (FileNotFoundError, CheckpointError) as error:
             self.parser.error(f"--ckpt_path {value}: {error}")
+        callback = checkpoint_callback(self.trainer)
+        if subcommand == "fit" and isinstance(callback, ResumableCheckpoint):
+            callback.resume_path = path
         if value == "last" and subcommand == "fit":
-            callback = checkpoint_callback(self.trainer)
             step = int(checkpoint.get("global_step", 0))
             if callback is not None and callback.dirpath is None:
                 continue_logger_version(self.trainer, path.parent.parent, step)

@@ -93,16 +93,27 @@ class ResumableCheckpoint(ModelCheckpoint):
         self._last_step: int | None = None
         self._last_writes = 0
         self._stage: str | None = None  # of the last `setup`: the Trainer's current stage
+        #: the checkpoint the coming ``fit`` continues from, where the caller knows it before ``setup`` (the CLI's
+        #: ``--ckpt_path``): a fit resuming from its own folder is not warned that the folder "is not empty"
+        self.resume_path: str | Path | None = None
 
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             super().setup(trainer, pl_module, stage)
-        # a folder holding only this run's lock file (lightning_episodes.run_folder) is not "not empty"
-        lock_only = self.dirpath is not None and {p.name for p in Path(self.dirpath).glob("*")} <= {LOCK_NAME}
+        # a folder holding only this run's lock file (lightning_episodes.run_folder), or the checkpoints that this
+        # fit continues from, is not "not empty"
+        expected = self.dirpath is not None and (
+            {p.name for p in Path(self.dirpath).glob("*")} <= {LOCK_NAME}
+            or (
+                stage == "fit"
+                and self.resume_path is not None
+                and Path(self.resume_path).resolve().parent == Path(self.dirpath).resolve()
+            )
+        )
         for warning in caught:
-            if not (lock_only and "exists and is not empty" in str(warning.message)):
+            if not (expected and "exists and is not empty" in str(warning.message)):
                 warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
         self._last_step = None
         self._stage = stage

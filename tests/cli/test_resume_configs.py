@@ -4,6 +4,7 @@ default one (:data:`~lightning_episodes.cli.DEFAULT_CHECKPOINT`) in front of a s
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -121,7 +122,6 @@ def _step(path: Path) -> int:
 
 
 @pytest.mark.slow
-@pytest.mark.filterwarnings("ignore:Checkpoint directory .* exists and is not empty")
 @pytest.mark.parametrize("sampling", [None, *SAMPLING], ids=lambda p: "quickstart" if p is None else p.stem)
 def test_fit_then_resume_with_ckpt_path_last(tmp_path: Path, sampling: Path | None) -> None:
     reference = tmp_path / "reference.ckpt"
@@ -132,8 +132,12 @@ def test_fit_then_resume_with_ckpt_path_last(tmp_path: Path, sampling: Path | No
     main(["fit", *_args(run, sampling, reference), "--trainer.max_steps=3"])
     last = run / "checkpoints" / "last.ckpt" if sampling is None else run / "logs/version_0/checkpoints/last.ckpt"
     assert _step(last) == 3  # the end of fit, between validations (at 2 and 4)
-    cli = main(["fit", *_args(run, sampling, reference), "--trainer.max_steps=5", "--ckpt_path=last"])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        cli = main(["fit", *_args(run, sampling, reference), "--trainer.max_steps=5", "--ckpt_path=last"])
     assert cli.trainer.ckpt_path == str(last)  # resumed, not started over
+    # the folder holds the checkpoints it continues from: nothing to warn about
+    assert not [w for w in caught if "exists and is not empty" in str(w.message)]
     assert _step(last) == 5  # continued from step 3 in the same file
     if sampling is not None:  # and in the same run folder
         assert [p.name for p in (run / "logs").iterdir()] == ["version_0"]
