@@ -107,9 +107,7 @@ class ResumableCheckpoint(ModelCheckpoint):
         expected = self.dirpath is not None and (
             {p.name for p in Path(self.dirpath).glob("*")} <= {LOCK_NAME}
             or (
-                stage == "fit"
-                and self.resume_path is not None
-                and Path(self.resume_path).resolve().parent == Path(self.dirpath).resolve()
+                self.resume_path is not None and Path(self.resume_path).resolve().parent == Path(self.dirpath).resolve()
             )
         )
         for warning in caught:
