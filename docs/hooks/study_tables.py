@@ -50,6 +50,8 @@ CLASSES = "scarce_classes/k12/glyphs_100_5w5s__protonet_cosine_conv4"
 RESAMPLE = "scarce_resample/n60/glyphs_100_5w5s__protonet_cosine_conv4"
 COSINE, EUCLIDEAN = "data-scarce 5-shot, ProtoNet-cosine", "data-scarce 5-shot, ProtoNet-Euclidean"
 FEW_CLASSES = "12 training classes 5-shot, ProtoNet-cosine"
+MAML_ARMS = "scarce_maml/n60/glyphs_100_5w5s__maml_conv4"
+MAML = "data-scarce 5-shot, MAML (its baseline under-fits)"
 #: the data-scarce 5-shot ProtoNet cells: the distance in their folders' names, and the cell as a reader knows it
 PROTONET_CELLS = (("cosine", COSINE), ("euclidean", EUCLIDEAN))
 #: the arms of the study a reader chooses between, each against the baseline of its cell
@@ -112,7 +114,16 @@ ANSWERS: tuple[Row, ...] = (
         for distance, where in PROTONET_CELLS
     ),
     Row("scarce/n60/glyphs_100_5w5s__maml_conv4", "uniform_online", "uniform over difficulty, online (the paper)",
-        "data-scarce 5-shot, MAML (its baseline under-fits)"),
+        MAML),
+    *(
+        Row(MAML_ARMS, arm, label, MAML, baseline=baseline)
+        for arm, label, baseline in (
+            ("uniform_online_scale", "the loss's scale factor Σw/ESS alone (weights 1)", "baseline_online"),
+            ("uniform_online_self", "uniform, self-normalised (no scale factor)", "baseline_online"),
+            ("uniform_online_after1000", "uniform from step 1,000 (after the plateau at chance)", "baseline_online"),
+            ("uniform_online_sgd", "uniform, outer optimiser SGD, against the SGD baseline", "baseline_online_sgd"),
+        )
+    ),
     *(
         Row("converge_samplers/constant/glyphs_100_5w1s__protonet_euclidean_conv4", f"baseline_online__{sampler}",
             label, "full split 1-shot, ProtoNet-Euclidean (its baseline under-fits)")
