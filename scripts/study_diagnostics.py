@@ -4,9 +4,11 @@
 For every run folder of ``scripts/run_scenario.py`` (``<root>/<scenario>/seed<N>/<arm>``) it reads the test record
 (``test_results.json``: test accuracy, and the step of the tested ``best-<step>-...`` checkpoint) and the TensorBoard
 scalars the callback logs at the loggers' cadence, averaged over the logged steps after the warm-up (``--after``):
-``weighting/ess_over_batch`` (ESS/|B|: 1 = equal weights), ``weighting/outside_support`` (share of episodes outside
-the proposal's support, weight 0 with ``out_of_support: zero``), ``weighting/pareto_k`` (the tail index of the recent
-weights: above 0.7 the weights' variance is effectively infinite), ``weighting/skewness`` and, from
+``weighting/ess_over_batch`` (ESS/|B|: 1 = equal weights), ``weighting/loss_scale`` (the factor the normalisation
+applied to the self-normalised loss: Σw/ESS under the paper's, 1 under ``self``; logged since 2026-12-07),
+``weighting/outside_support`` (share of episodes outside the proposal's support, weight 0 with ``out_of_support:
+zero``), ``weighting/pareto_k`` (the tail index of the recent weights: above 0.7 the weights' variance is effectively
+infinite), ``weighting/skewness`` and, from
 ``weighting/normality_p`` (the Shapiro-Wilk p-value of the callback's window of recent difficulties, up to ``window``
 = 1,000 of them: the paper's normal proposal assumes normality), the share of logged steps where normality is rejected
 at 5%. That window is far larger than the paper's 50-episode subsamples, so the test rejects small departures from
@@ -40,6 +42,7 @@ from lightning_episodes.analysis.scalars import SCALARS_FILE, Scalars, read_scal
 
 TAGS = {
     "ESS/\\|B\\|": "weighting/ess_over_batch",  # the pipes escaped: the header is a markdown table row
+    "loss scale": "weighting/loss_scale",
     "outside support (%)": "weighting/outside_support",
     "Pareto k": "weighting/pareto_k",
     "skewness": "weighting/skewness",

@@ -139,6 +139,8 @@ def step_metrics(step: WeightingStep, weighted: Any, with_progress: bool, estima
 
     Returns:
         ``mu``, ``sigma``, ``low``, ``high``, ``ess``, ``batch_over_ess``, ``ess_over_batch``, ``sum_w_over_ess``,
+        ``loss_scale`` (the factor the normalisation in use applied:
+        :attr:`~lightning_episodes.weighting.WeightedLoss.loss_scale`),
         ``weight_min``/``mean``/``max`` and ``outside_support`` (fraction of the finite difficulties outside S).
     """
     size, ess, (low, high) = len(step.weights), float(weighted.ess), step.support
@@ -153,6 +155,7 @@ def step_metrics(step: WeightingStep, weighted: Any, with_progress: bool, estima
         "batch_over_ess": float(weighted.batch_over_ess),
         "ess_over_batch": ess / float(weighted.batch_size) if float(weighted.batch_size) else 0.0,
         "sum_w_over_ess": float(weighted.sum_weights) / ess if ess > 0 else 0.0,
+        "loss_scale": float(weighted.loss_scale),
         "weight_min": float(step.weights.min()) if size else 0.0,
         "weight_mean": float(step.weights.mean()) if size else 0.0,
         "weight_max": float(step.weights.max()) if size else 0.0,

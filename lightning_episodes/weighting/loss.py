@@ -109,6 +109,9 @@ class WeightedLoss(NamedTuple):
             importance-sampling estimate up (logged each step; 0 when the step is skipped).
         skipped: 0-d bool tensor, ``True`` when ``sum w = 0``: the loss is ``0 * sum L`` (zero gradient).
         nonfinite: 0-d int64 tensor, the global number of episodes whose loss was not finite (given weight 0).
+        loss_scale: ``sum w / divisor``, the factor by which the step's loss exceeds the self-normalised estimate
+            ``sum w L / sum w`` of the same weights: ``sum w / ESS`` with ``"ess"``, 1 with ``"sum_weights"``, ``sum
+            w / denominator`` with ``"denominator"`` (0 when the step is skipped).
 
     Every field stays on the device: reading one (``bool(out.skipped)``, ``int(out.nonfinite)``) synchronises
     with it, which a training step leaves to its logging steps.
@@ -122,6 +125,7 @@ class WeightedLoss(NamedTuple):
     batch_over_ess: Tensor
     skipped: Tensor
     nonfinite: Tensor
+    loss_scale: Tensor
 
 
 def _check_inputs(
@@ -180,6 +184,8 @@ def weighted_loss(
         >>> out = weighted_loss(torch.tensor([1.0, 2.0, 3.0]), torch.tensor([1.0, 1.0, 2.0]))
         >>> round(out.ess.item(), 4), round(out.loss.item(), 4)  # ESS = 16 / 6; loss = 9 / ESS
         (2.6667, 3.375)
+        >>> round(out.loss_scale.item(), 4)  # sum w / ESS = 4 / (16 / 6): the loss is 1.5 times 9 / sum w
+        1.5
     """
     _check_inputs(losses, weights, divisor, world_size, denominator)
     # (few, small ops: a step's handful of episodes costs the dispatch of each op, not its arithmetic)
@@ -220,6 +226,7 @@ def weighted_loss(
         batch_over_ess=torch.where(ok, size / torch.where(ok, ess, 1.0), 0.0),
         skipped=~ok,
         nonfinite=nonfinite.to(torch.int64),
+        loss_scale=torch.where(ok, s1 / divide_by, 0.0),
     )
 
 

@@ -88,16 +88,19 @@ def test_each_normaliser_gives_the_loss_of_its_formula(proposal: str, normalizat
         assert (w >= 0).all()
         total = float(raw.sum())
         average = total if average is None else 0.5 * average + 0.5 * total
+        # the factor by which the loss exceeds the self-normalised sum w L / sum w of the weights it used
         if normalization == "ess":
-            expected = float((w * d).sum() / ((w.sum() ** 2) / (w * w).sum()))
+            scale = float(w.sum() / ((w.sum() ** 2) / (w * w).sum()))
         elif normalization == "running":
-            expected = float((w * d).sum() / average)
+            scale = float(w.sum() / average)
         elif normalization == "scale":
             assert torch.equal(w, torch.ones_like(w))
-            expected = float((raw * raw).sum() / raw.sum() * d.mean())  # (sum w / ESS) mean(L), w the raw weights
+            scale = float((raw * raw).sum() / raw.sum())  # sum w / ESS of the raw weights: the loss is scale mean(L)
         else:
-            expected = float((w * d).sum() / w.sum())
+            scale = 1.0
+        expected = scale * float((w * d).sum() / w.sum())
         assert float(loss) == pytest.approx(expected, rel=1e-5), step.step
+        assert log["loss_scale"] == pytest.approx(scale, rel=1e-6), step.step
         if normalization == "truncated":
             assert torch.equal(w, truncate_weights(raw.float()).double())  # float32, as the losses
         if normalization in ("ess", "self", "running"):

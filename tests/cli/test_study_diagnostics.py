@@ -23,6 +23,7 @@ def fabricate(run: Path, accuracy: float, ess: list[float], p_values: list[float
     writer = SummaryWriter(str(folder))
     for i, (e, p) in enumerate(zip(ess, p_values, strict=True)):
         writer.add_scalar("weighting/ess_over_batch", e, 50 * (i + 1))
+        writer.add_scalar("weighting/loss_scale", 1 / e, 50 * (i + 1))
         writer.add_scalar("weighting/normality_p", p, 50 * (i + 1))
     writer.close()
 
@@ -38,8 +39,9 @@ def test_arms_average_their_seeds_and_skip_the_warm_up(tmp_path: Path, capsys: p
     # steps 100 and 150 only: ESS/|B| (0.8 + 0.9 + 0.6 + 0.7) / 4; normal rejected at 5% in 1 of 2, then 2 of 2 steps
     assert cells[:4] == ["uniform_online", "2", "85.0", "1750"]  # the tested best checkpoints: steps 2000, 1500
     assert float(cells[4]) == pytest.approx(0.75)
-    assert float(cells[8]) == pytest.approx(75.0)
-    assert cells[5:8] == cells[9:] == ["–"] * 3  # never logged: support, Pareto k, skewness; ks (2), base - novel gap
+    assert float(cells[5]) == pytest.approx((1 / 0.8 + 1 / 0.9 + 1 / 0.6 + 1 / 0.7) / 4, abs=0.005)  # printed: 1.36
+    assert float(cells[9]) == pytest.approx(75.0)
+    assert cells[6:9] == cells[10:] == ["–"] * 3  # never logged: support, Pareto k, skewness; ks (2), base - novel gap
 
 
 def test_the_table_is_valid_markdown(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -50,7 +52,7 @@ def test_the_table_is_valid_markdown(tmp_path: Path, capsys: pytest.CaptureFixtu
     table = [line for line in capsys.readouterr().out.splitlines() if line.startswith("|")]
     counts = {len(line.replace("\\|", "").strip("|").split("|")) for line in table}
     assert len(table) == 3  # header, delimiter, the arm
-    assert counts == {12}  # arm, seeds, accuracy, best step, 7 diagnostics, base - novel
+    assert counts == {13}  # arm, seeds, accuracy, best step, 8 diagnostics, base - novel
 
 
 def test_specialisation_is_base_minus_novel_accuracy_at_the_tested_checkpoint(

@@ -36,6 +36,13 @@ def test_hand_computed_ess_and_loss() -> None:
     assert out.nonfinite == 0
     assert not out.skipped
     assert out.batch_over_ess.item() == pytest.approx(4 / 1.7277630216023598, rel=1e-13)
+    # the loss over the self-normalised estimate: sum w / ESS under "ess", 1 under "sum_weights", sum w / D
+    assert out.loss_scale.item() == pytest.approx(4.827981652655529 / 1.7277630216023598, rel=1e-13)
+    assert out.loss_scale.item() == pytest.approx(3.7612036392197523 / 1.3460010894999501, rel=1e-13)
+    assert weighted_loss(losses, weights, "sum_weights").loss_scale.item() == 1.0
+    assert weighted_loss(losses, weights, "denominator", denominator=2.0).loss_scale.item() == pytest.approx(
+        4.827981652655529 / 2.0, rel=1e-13
+    )
     # The weights of test_weights.py's batch are these weights.
     computed = importance_weights(losses, 2.0, 0.5)
     assert computed.tolist() == pytest.approx(WEIGHTS, rel=1e-12)
@@ -171,6 +178,7 @@ def test_ddp_form_reproduces_the_single_process_gradient(divisor: str, world_siz
         grad += g / world_size  # DDP averages gradients over ranks
         loss_sum += out.loss.item()
         assert out.ess.item() == pytest.approx(single.ess.item(), rel=1e-13)
+        assert out.loss_scale.item() == pytest.approx(single.loss_scale.item(), rel=1e-13)  # global, as the ESS
         assert out.nonfinite == 1
         assert out.batch_size.item() == 12
         assert not out.skipped
@@ -206,6 +214,7 @@ def test_zero_weight_sum_skips_the_step_with_a_connected_graph() -> None:
         assert out.loss.item() == 0.0
         assert out.ess.item() == 0.0
         assert out.batch_over_ess.item() == 0.0
+        assert out.loss_scale.item() == 0.0
         (grad,) = torch.autograd.grad(out.loss, losses)
         assert grad.tolist() == [0.0, 0.0, 0.0]
     # Empty batch: also skipped, no NaN.

@@ -109,6 +109,7 @@ def test_scale_only_is_the_plain_mean_times_the_papers_factor() -> None:
     assert step.weights.tolist() == [1.0, 1.0, 1.0]  # no aim, no spread
     out = weighted_loss(losses, step.weights, step.divisor, denominator=step.denominator)
     assert float(out.loss) == pytest.approx(3.0)
+    assert float(out.loss_scale) == pytest.approx(1.5)  # the factor applied, though every weight is 1
     (grad,) = torch.autograd.grad(out.loss, losses)
     assert grad.tolist() == pytest.approx([0.5, 0.5, 0.5])  # 1.5 / 3 for every episode
     # the paper's loss on the same step is the self-normalised estimate times the same factor
