@@ -288,6 +288,8 @@ def _argument_message(chain: list[BaseException]) -> str:
     leaf = re.sub(r"<class '(?:[\w]+\.)*(\w+)'>", r"\1", leaf)
     leaf = re.sub(r"typing\.Literal\[(.*)\]", r"one of \1", leaf)
     leaf = leaf.replace("Expected a ", "expected ").replace(". Got value: ", ", got ")
+    # jsonargparse's restricted numbers (PositiveInt): "0 does not conform to restriction v>0"
+    leaf = re.sub(r"^(.*) does not conform to restriction v(>=?)(\S+)$", r"expected a value \2 \3, got \1", leaf)
     if "is not accepted" in leaf and class_path:
         leaf = f"{leaf} by {class_path}"
     if near := _suggested(chain):  # a class's options are named under their section: --shots is --data.shots

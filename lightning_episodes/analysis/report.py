@@ -518,29 +518,33 @@ def build_table(results: Iterable[RunResult], bold_within: BoldWithin = "column"
     return ResultsTable(rows, columns, cells)
 
 
-def runs_markdown(results: Iterable[RunResult]) -> str:
+def runs_markdown(results: Iterable[RunResult], at_steps: Sequence[int] = ()) -> str:
     """A Markdown table with a line per run that recorded its validation curve: its test accuracy, its best and its
-    last validation accuracy with their steps, and whether it converged (its best validation came before its last);
-    empty if no run recorded a curve."""
+    last validation accuracy with their steps, whether it converged (its best validation came before its last) and
+    its validation accuracy at each of ``at_steps`` (– where it did not validate at that step); empty if no run
+    recorded a curve."""
     runs = [r for r in distinguish_protocols(results) if r.validation]
     runs.sort(key=lambda r: (r.column.key(), r.row.key(), str(r.seed)))
     if not runs:
         return ""
+    at = "".join(f" Val. acc. at {step} (%) |" for step in at_steps)
     lines = [
         "| Benchmark | Algorithm | Sampling | Seed | Test acc. (%) | Best val. acc. (%) | Best step | "
-        "Last val. acc. (%) | Last step | Converged |"
+        f"Last val. acc. (%) | Last step | Converged |{at}",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---|" + "---:|" * len(at_steps),
     ]
-    lines.append("|---|---|---|---:|---:|---:|---:|---:|---:|---|")
     for run in runs:
         assert run.best_validation is not None  # runs without a curve are left out above
         best_step, best = run.best_validation
         last_step, last = run.validation[-1]
         seed = "" if run.seed is None else run.seed[0]
         converged = "yes" if run.converged else "no"
+        curve = dict(run.validation)
+        points = "".join(f" {100 * curve[step]:.2f} |" if step in curve else " – |" for step in at_steps)
         lines.append(
             f"| {run.column.label} | {run.row.algorithm} | {run.row.scheme} | {seed} | "
             f"{100 * run.accuracy:.2f} ± {100 * run.ci95:.2f} | {100 * best:.2f} | {best_step} | "
-            f"{100 * last:.2f} | {last_step} | {converged} |"
+            f"{100 * last:.2f} | {last_step} | {converged} |{points}"
         )
     return "\n".join(lines) + (
         "\n\nConverged: the best validation came before the last (the run stopped after its peak). How far the last"

@@ -1,7 +1,8 @@
 """``lightning-episodes report RUN_DIRS... [--markdown PATH] [--csv PATH] [--bold-within column|scenario] [--plot
-FILE] [--skip-unreadable]``: the paper's results tables from the ``test_results.json`` files of test runs
-(:mod:`lightning_episodes.analysis.report` says how runs become rows, columns and cells), then a line per run with
-its best validation step and whether it converged, and with ``--plot`` a figure of the arms and the runs'
+FILE] [--validation-at [STEP,...]] [--skip-unreadable]``: the paper's results tables from the ``test_results.json``
+files of test runs (:mod:`lightning_episodes.analysis.report` says how runs become rows, columns and cells), then a
+line per run with its best validation step, whether it converged and its validation accuracy at the steps of
+``--validation-at``, and with ``--plot`` a figure of the arms and the runs'
 validation curves. A record that cannot be read stops it, named; ``--skip-unreadable`` leaves such records out and
 names them under the table."""
 
@@ -13,6 +14,8 @@ import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from jsonargparse.typing import PositiveInt
 
 from lightning_episodes.analysis.report import (
     BoldWithin,
@@ -36,11 +39,13 @@ DESCRIPTION = """\
 Results tables in the paper's format from test runs: every test_results.json under the given folders, one
 row per algorithm and sampling scheme, one column per benchmark (where one algorithm was trained on a
 benchmark in several ways, each way is a column named by what differs: [lr_scheduler=cosine]), seeds
-combined; then a line per run with its best validation step. A record that cannot be read (empty, corrupt)
-stops it, each such record named; --skip-unreadable leaves them out and names them under the table.
+combined; then a line per run with its best validation step (and, with --validation-at, its validation
+accuracy at those steps). A record that cannot be read (empty, corrupt) stops it, each such record named;
+--skip-unreadable leaves them out and names them under the table.
 
-example:
+examples:
   lightning-episodes report runs/study --markdown table.md --plot study.png
+  lightning-episodes report runs/study --validation-at [1000,2000,3000]
 """
 
 
@@ -63,6 +68,14 @@ def parser() -> Any:
         type=Path | None,
         default=None,
         help="also draw each arm's test accuracy with its interval and each run's validation curve (PNG, PDF, SVG)",
+    )
+    parser.add_argument(
+        "--validation-at",
+        "--validation_at",
+        type=list[PositiveInt],
+        default=[],
+        help="steps at which each run's line also shows its validation accuracy, e.g. [1000,2000,3000] (– where a "
+        "run did not validate at that step)",
     )
     add_skip_unreadable_argument(parser)
     return parser
@@ -100,7 +113,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         warnings.warn(f"the records of this table were made with different versions: {mixed}", stacklevel=1)
     table = build_table(results, args.bold_within)
     markdown = table.to_markdown()
-    runs = runs_markdown(results)
+    runs = runs_markdown(results, args.validation_at)
     if runs:  # the runs that recorded their validation curve: where each peaked, and whether it converged
         markdown += "\n" + runs
     markdown += unreadable_note(unreadable)

@@ -221,6 +221,22 @@ def test_a_tool_error_is_one_line_too(tmp_path: Path) -> None:
     assert "none.ckpt does not exist" in done.stderr
 
 
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("[1000,0]", "--validation_at: expected a value > 0, got 0"),
+        ("1000", "--validation_at: expected list, got 1000"),
+    ],
+)
+def test_a_tools_restricted_number_is_refused_in_one_line_naming_the_option(
+    tmp_path: Path, value: str, message: str
+) -> None:
+    done = _run(tmp_path, "report", str(tmp_path), "--validation-at", value)
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
+    assert _error_line(done.stderr, "report") == f"lightning-episodes report: error: {message}"
+
+
 def _raised(action: Callable[[], object]) -> BaseException:
     with pytest.raises(Exception) as caught:  # noqa: PT011  (any exception: its traceback is what matters)
         action()

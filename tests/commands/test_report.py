@@ -143,6 +143,18 @@ def test_best_step_and_convergence_by_hand(tmp_path: Path, capsys: pytest.Captur
     ]
     assert plot.read_bytes().startswith(b"\x89PNG"), "a PNG figure"
 
+    # --validation-at: each run's validation at those steps, – where it did not validate (no run did at 750)
+    assert main([str(tmp_path), "--validation-at", "[300,900,750]"]) == 0
+    printed = capsys.readouterr().out
+    assert "| Converged | Val. acc. at 300 (%) | Val. acc. at 900 (%) | Val. acc. at 750 (%) |" in printed
+    assert "|---|---:|---:|---:|\n" in printed
+    lines = [line for line in printed.splitlines() if line.startswith("| Mini-ImageNet")]
+    assert [line.split(" | ")[-4:] for line in lines] == [
+        ["yes", "40.00", "45.00", "– |"],
+        ["no", "40.00", "46.00", "– |"],
+        ["yes", "45.00", "44.00", "– |"],
+    ]
+
 
 def test_headers_and_plot_titles_name_what_differs_in_words(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
