@@ -500,7 +500,8 @@ def test_logs_only_on_the_steps_the_logger_writes_the_same_values() -> None:
     dense, sparse = runs[1][0], runs[3][0]
     assert sorted(dense) == list(range(7))
     assert sorted(sparse) == [2, 5]
-    assert all(len(values) == 17 for values in dense.values())  # every value, after the warm-up as during it
+    assert all(len(values) == 18 for values in dense.values())  # every value, after the warm-up as during it
+    assert all(values["weighting/loss_scale"] == 1.0 for step, values in dense.items() if step < 2)  # warm-up: w = 1
     for step, values in sparse.items():
         assert values.keys() == dense[step].keys()
         for key, value in values.items():  # NaN (a diagnostic without enough data yet) equals NaN here
