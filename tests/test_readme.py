@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import runpy
@@ -487,3 +488,29 @@ def test_the_study_pages_family_tables_are_compares_one_command(table: str, caps
         assert f"| {mean} | {raw} | {adjusted} |" in lines, (
             f"docs/study.md's family-{table} table has no row {mean} | {raw} | {adjusted}"
         )
+
+
+MAML_CELL = ROOT / "studies/scarce_maml/n60/glyphs_100_5w5s__maml_conv4"
+#: the MAML study's arms as docs/study.md names them, each with its run folder
+MAML_ARMS = {
+    "G2 self-normalised": "uniform_online_self",
+    "G3 scale-only": "uniform_online_scale",
+    "G4 uniform from step 1,000": "uniform_online_after1000",
+    "G5 baseline": "baseline_online_sgd",
+    "G6 uniform": "uniform_online_sgd",
+    "the baseline's": "baseline_online",
+    "uniform's": "uniform_online",
+}
+
+
+def test_the_maml_studys_landed_numbers_are_the_records() -> None:
+    """docs/study.md quotes each landed MAML arm of seed 0 as ``<name> <test>% (<val 1,000> / <val 2,000> / <val
+    3,000>``: its test accuracy and its validation accuracy at those steps, read here from its ``test_results.json``."""
+    text = " ".join((ROOT / "docs/study.md").read_text().split())  # a phrase may wrap anywhere
+    for name, folder in MAML_ARMS.items():
+        (record,) = (MAML_CELL / "seed0" / folder).rglob("test_results.json")
+        result = json.loads(record.read_text())
+        curve = dict(result["validation"])
+        points = " / ".join(f"{100 * curve[step]:.1f}" for step in (1000, 2000, 3000))
+        phrase = f"{name} {100 * result['accuracy']:.2f}% ({points}"
+        assert phrase in text, f"docs/study.md does not say {phrase!r}"
