@@ -109,9 +109,8 @@ class WeightedLoss(NamedTuple):
             importance-sampling estimate up (logged each step; 0 when the step is skipped).
         skipped: 0-d bool tensor, ``True`` when ``sum w = 0``: the loss is ``0 * sum L`` (zero gradient).
         nonfinite: 0-d int64 tensor, the global number of episodes whose loss was not finite (given weight 0).
-        loss_scale: ``sum w / divisor``, the factor by which the step's loss exceeds the self-normalised estimate
-            ``sum w L / sum w`` of the same weights: ``sum w / ESS`` with ``"ess"``, 1 with ``"sum_weights"``, ``sum
-            w / denominator`` with ``"denominator"`` (0 when the step is skipped).
+        divided_by: the global number the weighted sum was divided by: the ESS with ``"ess"``, ``sum w`` with
+            ``"sum_weights"``, the denominator with ``"denominator"`` (1 when the step is skipped).
 
     Every field stays on the device: reading one (``bool(out.skipped)``, ``int(out.nonfinite)``) synchronises
     with it, which a training step leaves to its logging steps.
@@ -125,7 +124,15 @@ class WeightedLoss(NamedTuple):
     batch_over_ess: Tensor
     skipped: Tensor
     nonfinite: Tensor
-    loss_scale: Tensor
+    divided_by: Tensor
+
+    @property
+    def loss_scale(self) -> Tensor:
+        """``sum w / divided_by``, the factor by which the step's loss exceeds the self-normalised estimate ``sum w L /
+        sum w`` of the same weights: ``sum w / ESS`` with ``"ess"``, 1 with ``"sum_weights"``, ``sum w /
+        denominator`` with ``"denominator"`` (0 when the step is skipped). Computed when read (a logging step), not
+        in every training step."""
+        return torch.where(self.skipped, 0.0, self.sum_weights / self.divided_by)
 
 
 def _check_inputs(
@@ -226,7 +233,7 @@ def weighted_loss(
         batch_over_ess=torch.where(ok, size / torch.where(ok, ess, 1.0), 0.0),
         skipped=~ok,
         nonfinite=nonfinite.to(torch.int64),
-        loss_scale=torch.where(ok, s1 / divide_by, 0.0),
+        divided_by=divide_by,
     )
 
 
