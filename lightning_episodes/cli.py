@@ -50,6 +50,7 @@ from lightning_episodes.cli_checks import (
     check_accelerator,
     check_backbone,
     check_memory,
+    check_precision,
     check_world_size,
     own_outputs,
 )
@@ -443,6 +444,7 @@ class EpisodicCLI(LightningCLI):
     def _before(self, subcommand: str) -> None:
         check_world_size(self.trainer, self.datamodule)
         check_memory(self.trainer, self.model, self.datamodule, subcommand)
+        check_precision(self.trainer)
         self._resolve_ckpt_path(subcommand)
         if self.trainer.global_rank == 0:  # once, not in every process of a distributed run
             self._outputs.enter_context(own_outputs(self.trainer, lock=subcommand == "fit"))

@@ -1,6 +1,6 @@
 """What the command line checks before a Trainer method runs: the accelerator is there, the training batch divides
-among the processes, a batch of episodes fits in memory, and every output folder can be written (the checkpoint folder
-owned by this run alone)."""
+among the processes, a batch of episodes fits in memory, a bfloat16 precision runs on instructions for it, and every
+output folder can be written (the checkpoint folder owned by this run alone)."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from lightning_episodes.algorithms.memory import MIXED_LOWER, BatchShape, availa
 from lightning_episodes.callbacks.checkpointing import checkpoint_callback
 from lightning_episodes.commands._common import available_devices
 from lightning_episodes.data.datamodule import EpisodicDataModule
+from lightning_episodes.evaluation.record import native_bf16, processor
 from lightning_episodes.models import module_class
 from lightning_episodes.run_folder import owned_folders
 
@@ -137,6 +138,28 @@ def check_memory(trainer: pl.Trainer, model: Any, datamodule: Any, subcommand: s
         share = f"{high / available:.0%} of the {_size(available)} available on {device.type}"
         share = f"up to {share}" if precision in MIXED_LOWER else share
         rank_zero_warn(f"{what}: {share}, which leaves little room; {lower} if the run is killed for memory")
+
+
+def check_precision(trainer: pl.Trainer, cpuinfo: str | None = None) -> None:
+    """Warn, in one line, when the Trainer computes in bfloat16 on a CPU without instructions for it (neither
+    AVX-512 BF16 nor AMX, nor Arm's ``bf16``): PyTorch then emulates bfloat16, and a step takes several times
+    float32's (6-9x for a conv4 on an AMD EPYC with AVX2 and no AVX-512; ``benchmarks/batchnorm.py``). Says nothing
+    on other devices, other precisions, or where the CPU's instructions cannot be read.
+
+    Args:
+        trainer: the Trainer the command built.
+        cpuinfo: the text of ``/proc/cpuinfo`` (``None``: this machine's).
+    """
+    precision = str(trainer.precision)
+    if not precision.startswith("bf16") or trainer.strategy.root_device.type != "cpu":
+        return
+    if native_bf16(cpuinfo) is False:
+        name, flags = processor(cpuinfo)
+        rank_zero_warn(
+            f"--trainer.precision {precision}: this CPU ({name}{f' [{flags}]' if flags else ''}) has no bfloat16 "
+            "instructions (AVX-512 BF16 or AMX), so PyTorch emulates them and a step takes several times float32's; "
+            "--trainer.precision 32-true --model.channels_last true is the fastest setting here"
+        )
 
 
 def _size(size: int) -> str:

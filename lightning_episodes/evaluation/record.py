@@ -41,6 +41,7 @@ __all__ = [
     "UnreadableRecord",
     "checkpoint_step",
     "environment",
+    "native_bf16",
     "plain",
     "processor",
     "read_record",
@@ -122,6 +123,21 @@ CPU_FLAGS: Final = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile", "a
 DEFAULT_PRECISION: Final = "32-true"
 
 
+def _first_processor(cpuinfo: str | None) -> dict[str, str]:
+    """The fields of the first processor of ``cpuinfo`` (``None``: this machine's ``/proc/cpuinfo``; without one,
+    none): every core of a machine is the same model."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            cpuinfo = ""
+    fields: dict[str, str] = {}
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+    return fields
+
+
 def processor(cpuinfo: str | None = None) -> tuple[str, str]:
     r"""The CPU's model name and which of :data:`CPU_FLAGS` it has (space-separated, in that order), from the first
     processor of ``cpuinfo`` (``None``: this machine's ``/proc/cpuinfo``; without one, the platform's processor name
@@ -132,18 +148,29 @@ def processor(cpuinfo: str | None = None) -> tuple[str, str]:
         >>> processor("model name : Intel(R) Xeon(R) Gold 6430\nflags : fpu sse2 avx2 amx_tile avx512f\n")
         ('Intel(R) Xeon(R) Gold 6430', 'avx2 avx512f amx_tile')
     """
-    if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text()
-        except OSError:
-            cpuinfo = ""
-    fields: dict[str, str] = {}
-    for line in cpuinfo.splitlines():
-        key, _, value = line.partition(":")
-        fields.setdefault(key.strip(), value.strip())  # the first processor's: every core is the same model
+    fields = _first_processor(cpuinfo)
     name = fields.get("model name") or platform.processor() or platform.machine()
     present = set(fields.get("flags", "").split())
     return name, " ".join(flag for flag in CPU_FLAGS if flag in present)
+
+
+def native_bf16(cpuinfo: str | None = None) -> bool | None:
+    r"""Whether the CPU has bfloat16 instructions, from the first processor of ``cpuinfo`` (``None``: this machine's
+    ``/proc/cpuinfo``): on x86 AVX-512 BF16 or AMX (``flags``), on Arm the ``bf16`` feature (``Features``); ``None``
+    where ``cpuinfo`` names neither list (another system). Without them PyTorch emulates bfloat16 in float32 arithmetic,
+    several times slower than float32 itself.
+
+    Example::
+
+        >>> native_bf16("flags : fpu avx2 avx512f\n"), native_bf16("flags : avx2 amx_bf16\n"), native_bf16("")
+        (False, True, None)
+    """
+    fields = _first_processor(cpuinfo)
+    if "flags" in fields:
+        return not {"avx512_bf16", "amx_bf16"}.isdisjoint(fields["flags"].split())
+    if "Features" in fields:
+        return "bf16" in fields["Features"].split()
+    return None
 
 
 def environment(device: torch.device | str | None = None, precision: str = DEFAULT_PRECISION) -> dict[str, str]:

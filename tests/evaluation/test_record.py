@@ -61,6 +61,19 @@ def test_the_processor_is_the_first_cpus_name_and_its_flags_in_a_fixed_order() -
     assert flags == ""
 
 
+def test_bfloat16_instructions_are_avx512_bf16_or_amx_on_x86_and_bf16_on_arm() -> None:
+    from lightning_episodes.evaluation.record import native_bf16
+
+    assert native_bf16(CPUINFO) is True  # the first processor's flags decide
+    assert native_bf16("flags : fpu avx2 avx512f avx512vl\n") is False  # AVX-512 without its BF16 extension
+    assert native_bf16("flags : avx2 avx512_bf16\n") is True  # a Xeon without AMX, a Zen 4 EPYC
+    assert native_bf16("flags : avx2 amx_tile amx_bf16\n") is True
+    assert native_bf16("flags :\n") is False  # the list is there and names neither
+    assert native_bf16("processor\t: 0\nFeatures\t: fp asimd bf16 i8mm\n") is True  # Arm v8.6 and later
+    assert native_bf16("processor\t: 0\nFeatures\t: fp asimd\n") is False
+    assert native_bf16("") is None  # no /proc/cpuinfo (macOS, Windows): not known
+
+
 def test_the_environment_names_the_processor_accelerator_and_precision() -> None:
     from lightning_episodes.evaluation.record import CPU_FLAGS, DEFAULT_PRECISION, environment
 
