@@ -504,13 +504,20 @@ MAML_ARMS = {
 
 
 def test_the_maml_studys_landed_numbers_are_the_records() -> None:
-    """docs/study.md quotes each landed MAML arm of seed 0 as ``<name> <test>% (<val 1,000> / <val 2,000> / <val
+    """docs/study.md quotes each landed MAML arm of each seed as ``<name> <test>% (<val 1,000> / <val 2,000> / <val
     3,000>``: its test accuracy and its validation accuracy at those steps, read here from its ``test_results.json``."""
     text = " ".join((ROOT / "docs/study.md").read_text().split())  # a phrase may wrap anywhere
-    for name, folder in MAML_ARMS.items():
-        (record,) = (MAML_CELL / "seed0" / folder).rglob("test_results.json")
-        result = json.loads(record.read_text())
-        curve = dict(result["validation"])
-        points = " / ".join(f"{100 * curve[step]:.1f}" for step in (1000, 2000, 3000))
-        phrase = f"{name} {100 * result['accuracy']:.2f}% ({points}"
-        assert phrase in text, f"docs/study.md does not say {phrase!r}"
+    landed = 0
+    for seed in ("seed0", "seed1"):
+        for name, folder in MAML_ARMS.items():
+            records = list((MAML_CELL / seed / folder).rglob("test_results.json"))
+            if seed == "seed0":
+                assert len(records) == 1, f"{seed}/{folder}: seed 0 is complete"
+            for record in records:
+                result = json.loads(record.read_text())
+                curve = dict(result["validation"])
+                points = " / ".join(f"{100 * curve[step]:.1f}" for step in (1000, 2000, 3000))
+                phrase = f"{name} {100 * result['accuracy']:.2f}% ({points}"
+                assert phrase in text, f"docs/study.md does not say {phrase!r} ({seed})"
+                landed += 1
+    assert landed >= 11  # seed 0's seven, seed 1's G0, G1, G5 and G6
