@@ -20,7 +20,7 @@ from lightning_episodes.algorithms.memory import MIXED_LOWER, BatchShape, availa
 from lightning_episodes.callbacks.checkpointing import checkpoint_callback
 from lightning_episodes.commands._common import available_devices
 from lightning_episodes.data.datamodule import EpisodicDataModule
-from lightning_episodes.evaluation.record import native_bf16, processor
+from lightning_episodes.evaluation.record import bf16_extensions, native_bf16, processor
 from lightning_episodes.models import module_class
 from lightning_episodes.run_folder import owned_folders
 
@@ -157,8 +157,8 @@ def check_precision(trainer: pl.Trainer, cpuinfo: str | None = None) -> None:
         name, flags = processor(cpuinfo)
         rank_zero_warn(
             f"--trainer.precision {precision}: this CPU ({name}{f' [{flags}]' if flags else ''}) has no bfloat16 "
-            "instructions (AVX-512 BF16 or AMX), so PyTorch emulates them and a step takes several times float32's; "
-            "--trainer.precision 32-true --model.channels_last true is the fastest setting here"
+            f"instructions ({bf16_extensions(cpuinfo)}), so PyTorch emulates them and a step takes several times "
+            "float32's; --trainer.precision 32-true --model.channels_last true is the fastest setting here"
         )
 
 

@@ -38,7 +38,9 @@ __all__ = [
     "LEGACY_SAMPLING_DEFAULTS",
     "RESULTS_FILE",
     "SCORES_FILE",
+    "BF16_EXTENSIONS",
     "UnreadableRecord",
+    "bf16_extensions",
     "checkpoint_step",
     "environment",
     "native_bf16",
@@ -154,6 +156,24 @@ def processor(cpuinfo: str | None = None) -> tuple[str, str]:
     return name, " ".join(flag for flag in CPU_FLAGS if flag in present)
 
 
+#: Where ``/proc/cpuinfo`` lists a CPU's instruction-set extensions (x86: ``flags``, Arm: ``Features``), the extensions
+#: there that compute in bfloat16, and their names in words.
+BF16_EXTENSIONS: Final = {
+    "flags": (("avx512_bf16", "amx_bf16"), "AVX-512 BF16 or AMX"),
+    "Features": (("bf16",), "BF16"),
+}
+
+
+def _bf16_field(cpuinfo: str | None) -> tuple[bool, str] | None:
+    """Whether the first processor of ``cpuinfo`` has bfloat16 instructions, and their names on its architecture
+    (:data:`BF16_EXTENSIONS`); ``None`` where ``cpuinfo`` lists no extensions."""
+    fields = _first_processor(cpuinfo)
+    for field, (extensions, words) in BF16_EXTENSIONS.items():
+        if field in fields:
+            return not set(extensions).isdisjoint(fields[field].split()), words
+    return None
+
+
 def native_bf16(cpuinfo: str | None = None) -> bool | None:
     r"""Whether the CPU has bfloat16 instructions, from the first processor of ``cpuinfo`` (``None``: this machine's
     ``/proc/cpuinfo``): on x86 AVX-512 BF16 or AMX (``flags``), on Arm the ``bf16`` feature (``Features``); ``None``
@@ -165,12 +185,21 @@ def native_bf16(cpuinfo: str | None = None) -> bool | None:
         >>> native_bf16("flags : fpu avx2 avx512f\n"), native_bf16("flags : avx2 amx_bf16\n"), native_bf16("")
         (False, True, None)
     """
-    fields = _first_processor(cpuinfo)
-    if "flags" in fields:
-        return not {"avx512_bf16", "amx_bf16"}.isdisjoint(fields["flags"].split())
-    if "Features" in fields:
-        return "bf16" in fields["Features"].split()
-    return None
+    found = _bf16_field(cpuinfo)
+    return None if found is None else found[0]
+
+
+def bf16_extensions(cpuinfo: str | None = None) -> str | None:
+    r"""The names of the bfloat16 instructions of the CPU's architecture (whether or not it has them), from
+    ``cpuinfo`` as :func:`native_bf16` reads it; ``None`` where it lists no extensions.
+
+    Example::
+
+        >>> bf16_extensions("flags : fpu avx2\n"), bf16_extensions("Features : fp asimd\n"), bf16_extensions("")
+        ('AVX-512 BF16 or AMX', 'BF16', None)
+    """
+    found = _bf16_field(cpuinfo)
+    return None if found is None else found[1]
 
 
 def environment(device: torch.device | str | None = None, precision: str = DEFAULT_PRECISION) -> dict[str, str]:

@@ -149,6 +149,7 @@ def test_a_mixed_precision_is_refused_only_when_its_lower_bound_does_not_fit(
 
 
 AVX2_ONLY = "model name\t: AMD EPYC 7B13\nflags\t\t: fpu sse2 avx2 fma\n"
+ARM_WITHOUT_BF16 = "processor\t: 0\nFeatures\t: fp asimd evtstrm aes crc32\nCPU implementer\t: 0x41\n"
 WITH_AMX = "model name\t: Intel(R) Xeon(R) Gold 6430\nflags\t\t: fpu avx2 avx512f avx512_bf16 amx_bf16 amx_tile\n"
 
 
@@ -165,6 +166,10 @@ def test_bfloat16_on_a_cpu_without_its_instructions_is_one_warning(tmp_path: Pat
         "or AMX), so PyTorch emulates them and a step takes several times float32's; --trainer.precision 32-true "
         "--model.channels_last true is the fastest setting here"
     )
+    with pytest.warns(UserWarning, match="bfloat16") as caught:  # an Arm CPU before v8.6: its own extension's name
+        cli_checks.check_precision(cli.trainer, ARM_WITHOUT_BF16)
+    (message,) = [str(w.message) for w in caught]
+    assert ") has no bfloat16 instructions (BF16), so PyTorch" in message
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         cli_checks.check_precision(cli.trainer, WITH_AMX)  # the instructions are there

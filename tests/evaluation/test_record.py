@@ -62,7 +62,7 @@ def test_the_processor_is_the_first_cpus_name_and_its_flags_in_a_fixed_order() -
 
 
 def test_bfloat16_instructions_are_avx512_bf16_or_amx_on_x86_and_bf16_on_arm() -> None:
-    from lightning_episodes.evaluation.record import native_bf16
+    from lightning_episodes.evaluation.record import bf16_extensions, native_bf16
 
     assert native_bf16(CPUINFO) is True  # the first processor's flags decide
     assert native_bf16("flags : fpu avx2 avx512f avx512vl\n") is False  # AVX-512 without its BF16 extension
@@ -72,6 +72,9 @@ def test_bfloat16_instructions_are_avx512_bf16_or_amx_on_x86_and_bf16_on_arm() -
     assert native_bf16("processor\t: 0\nFeatures\t: fp asimd bf16 i8mm\n") is True  # Arm v8.6 and later
     assert native_bf16("processor\t: 0\nFeatures\t: fp asimd\n") is False
     assert native_bf16("") is None  # no /proc/cpuinfo (macOS, Windows): not known
+    assert bf16_extensions("flags : fpu avx2\n") == "AVX-512 BF16 or AMX"  # what a warning names, per architecture
+    assert bf16_extensions("processor\t: 0\nFeatures\t: fp asimd\n") == "BF16"
+    assert bf16_extensions("") is None
 
 
 def test_the_environment_names_the_processor_accelerator_and_precision() -> None:
