@@ -54,18 +54,23 @@ MAML_ARMS = "scarce_maml/n60/glyphs_100_5w5s__maml_conv4"
 MAML = "data-scarce 5-shot, MAML (its baseline under-fits)"
 #: the data-scarce 5-shot ProtoNet cells: the distance in their folders' names, and the cell as a reader knows it
 PROTONET_CELLS = (("cosine", COSINE), ("euclidean", EUCLIDEAN))
+#: how the tables name an arm that appears in more than one cell
+LABELS = {
+    "uniform_online": "uniform over difficulty, online (the paper)",
+    "uniform_offline": "uniform, offline estimate",
+    "uniform_online_placebo": "uniform's weights shuffled within each step (placebo)",
+    "uniform_online_scale": "the loss's scale factor Σw/ESS alone (weights 1)",
+    "uniform_online_self": "uniform, self-normalised (no scale factor)",
+    "task_interpolation": "task interpolation (MLTI)",
+    "augmentation": "augmentation (shifts of 4 px)",
+}
 #: the arms of the study a reader chooses between, each against the baseline of its cell
 ANSWERS: tuple[Row, ...] = (
     *(
-        Row(SCARCE5.format(distance), arm, label, where)
+        Row(SCARCE5.format(distance), arm, LABELS[arm], where)
         for distance, where in PROTONET_CELLS
-        for arm, label in (
-            ("uniform_online", "uniform over difficulty, online (the paper)"),
-            ("uniform_offline", "uniform, offline estimate"),
-            ("uniform_online_placebo", "uniform's weights shuffled within each step (placebo)"),
-            ("uniform_online_scale", "the loss's scale factor Σw/ESS alone (weights 1)"),
-            ("uniform_online_self", "uniform, self-normalised (no scale factor)"),
-        )
+        for arm in ("uniform_online", "uniform_offline", "uniform_online_placebo", "uniform_online_scale",
+                    "uniform_online_self")
     ),
     *(
         Row(SCARCE5.format(distance), "uniform_online", "uniform against its weights shuffled (the aim)", where,
@@ -74,25 +79,25 @@ ANSWERS: tuple[Row, ...] = (
     ),
     Row(REGULARISERS, "weight_decay", "weight decay 5e-4", COSINE, differing=("model.optimizer.weight_decay",)),
     Row(REGULARISERS, "label_smoothing", "label smoothing 0.1", COSINE, differing=("model.label_smoothing",)),
-    Row(REGULARISERS, "augmentation", "augmentation (shifts of 4 px)", COSINE, differing=("data.augment",)),
-    Row(REGULARISERS, "task_interpolation", "task interpolation (MLTI)", COSINE,
+    Row(REGULARISERS, "augmentation", LABELS["augmentation"], COSINE, differing=("data.augment",)),
+    Row(REGULARISERS, "task_interpolation", LABELS["task_interpolation"], COSINE,
         differing=("data.task_interpolation",)),
     Row(REGULARISERS, "uniform_augmentation", "uniform + augmentation", COSINE, differing=("data.augment",)),
     Row(REGULARISERS, "uniform_augmentation", "uniform + augmentation, against augmentation alone", COSINE,
         baseline="augmentation"),
     *(
-        Row(CLASSES, arm, label, FEW_CLASSES, differing=differing)
-        for arm, label, differing in (
-            ("uniform_online", "uniform over difficulty, online (the paper)", ()),
-            ("uniform_online_placebo", "uniform's weights shuffled within each step (placebo)", ()),
-            ("uniform_online_scale", "the loss's scale factor Σw/ESS alone (weights 1)", ()),
-            ("task_interpolation", "task interpolation (MLTI)", ("data.task_interpolation",)),
-            ("augmentation", "augmentation (shifts of 4 px)", ("data.augment",)),
+        Row(CLASSES, arm, LABELS[arm], FEW_CLASSES, differing=differing)
+        for arm, differing in (
+            ("uniform_online", ()),
+            ("uniform_online_placebo", ()),
+            ("uniform_online_scale", ()),
+            ("task_interpolation", ("data.task_interpolation",)),
+            ("augmentation", ("data.augment",)),
         )
     ),
     *(
-        Row(f"scarce_dose/n{n}/glyphs_100_5w5s__protonet_cosine_conv4", "uniform_online",
-            "uniform over difficulty, online (the paper)", f"{n} images a class, ProtoNet-cosine (dose-response)")
+        Row(f"scarce_dose/n{n}/glyphs_100_5w5s__protonet_cosine_conv4", "uniform_online", LABELS["uniform_online"],
+            f"{n} images a class, ProtoNet-cosine (dose-response)")
         for n in (30, 60, 120, 240)
     ),
     Row(SCARCE.format("cosine"), "uniform_resample", "uniform by resampling (pool 4)", COSINE),
@@ -113,13 +118,12 @@ ANSWERS: tuple[Row, ...] = (
         )
         for distance, where in PROTONET_CELLS
     ),
-    Row("scarce/n60/glyphs_100_5w5s__maml_conv4", "uniform_online", "uniform over difficulty, online (the paper)",
-        MAML),
+    Row("scarce/n60/glyphs_100_5w5s__maml_conv4", "uniform_online", LABELS["uniform_online"], MAML),
     *(
         Row(MAML_ARMS, arm, label, MAML, baseline=baseline)
         for arm, label, baseline in (
-            ("uniform_online_scale", "the loss's scale factor Σw/ESS alone (weights 1)", "baseline_online"),
-            ("uniform_online_self", "uniform, self-normalised (no scale factor)", "baseline_online"),
+            ("uniform_online_scale", LABELS["uniform_online_scale"], "baseline_online"),
+            ("uniform_online_self", LABELS["uniform_online_self"], "baseline_online"),
             ("uniform_online_after1000", "uniform from step 1,000 (after the plateau at chance)", "baseline_online"),
             ("uniform_online_sgd", "uniform, outer optimiser SGD, against the SGD baseline", "baseline_online_sgd"),
         )
