@@ -196,6 +196,14 @@ class RunResult:
     made_on: tuple[tuple[str, str], ...] = ()
 
     @property
+    def made_on_text(self) -> str:
+        """Where it was made, in words: ``Intel(R) Xeon(R) Gold 6430 [avx2 avx512f] (cuda NVIDIA H200)``."""
+        made_on = dict(self.made_on)
+        text = made_on.get("cpu", "an unnamed CPU") + (f" [{made_on['cpu_flags']}]" if made_on.get("cpu_flags") else "")
+        where = " ".join(made_on[key] for key in ("accelerator", "device") if made_on.get(key))
+        return f"{text} ({where})" if where else text
+
+    @property
     def best_validation(self) -> tuple[int, float] | None:
         """``(step, accuracy)`` of the best validation (the first of equals, as the checkpoint callback keeps it)."""
         return max(self.validation, key=lambda point: point[1]) if self.validation else None
@@ -522,16 +530,18 @@ def runs_markdown(results: Iterable[RunResult], at_steps: Sequence[int] = ()) ->
     """A Markdown table with a line per run that recorded its validation curve: its test accuracy, its best and its
     last validation accuracy with their steps, whether it converged (its best validation came before its last) and
     its validation accuracy at each of ``at_steps`` (– where it did not validate at that step); empty if no run
-    recorded a curve."""
+    recorded a curve. Where the runs were not all made on one processor, a last column names each run's
+    (:attr:`RunResult.made_on_text`): a run rounds differently on another, so a comparison pairs runs made on one."""
     runs = [r for r in distinguish_protocols(results) if r.validation]
     runs.sort(key=lambda r: (r.column.key(), r.row.key(), str(r.seed)))
     if not runs:
         return ""
     at = "".join(f" Val. acc. at {step} (%) |" for step in at_steps)
+    made_on = len({run.made_on_text for run in runs}) > 1
     lines = [
         "| Benchmark | Algorithm | Sampling | Seed | Test acc. (%) | Best val. acc. (%) | Best step | "
-        f"Last val. acc. (%) | Last step | Converged |{at}",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|---|" + "---:|" * len(at_steps),
+        f"Last val. acc. (%) | Last step | Converged |{at}" + (" Made on |" if made_on else ""),
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---|" + "---:|" * len(at_steps) + ("---|" if made_on else ""),
     ]
     for run in runs:
         assert run.best_validation is not None  # runs without a curve are left out above
@@ -544,7 +554,7 @@ def runs_markdown(results: Iterable[RunResult], at_steps: Sequence[int] = ()) ->
         lines.append(
             f"| {run.column.label} | {run.row.algorithm} | {run.row.scheme} | {seed} | "
             f"{100 * run.accuracy:.2f} ± {100 * run.ci95:.2f} | {100 * best:.2f} | {best_step} | "
-            f"{100 * last:.2f} | {last_step} | {converged} |{points}"
+            f"{100 * last:.2f} | {last_step} | {converged} |{points}" + (f" {run.made_on_text} |" if made_on else "")
         )
     return "\n".join(lines) + (
         "\n\nConverged: the best validation came before the last (the run stopped after its peak). How far the last"

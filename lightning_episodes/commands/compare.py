@@ -377,18 +377,11 @@ def _same_processor(scenario: Path, pair: Sequence[RunResult]) -> None:
         a, b = dict(ours.made_on), dict(theirs.made_on)
         if any(a[key] != b[key] for key in a.keys() & b.keys()):
             warnings.warn(
-                f"{scenario}: a seed pair's runs were made on different processors: {ours.path} on {_processor(a)}, "
-                f"{theirs.path} on {_processor(b)} (a run rounds differently on each)",
+                f"{scenario}: a seed pair's runs were made on different processors: {ours.path} on "
+                f"{ours.made_on_text}, {theirs.path} on {theirs.made_on_text} (a run rounds differently on each)",
                 stacklevel=3,
             )
             return
-
-
-def _processor(made_on: dict[str, str]) -> str:
-    """What a record names of where it was made: ``Intel(R) Xeon(R) Gold 6430 [avx2 avx512f] (cuda NVIDIA H200)``."""
-    text = made_on.get("cpu", "an unnamed CPU") + (f" [{made_on['cpu_flags']}]" if made_on.get("cpu_flags") else "")
-    where = " ".join(made_on[key] for key in ("accelerator", "device") if made_on.get(key))
-    return f"{text} ({where})" if where else text
 
 
 def _under(setting: str, name: str) -> bool:

@@ -156,6 +156,29 @@ def test_best_step_and_convergence_by_hand(tmp_path: Path, capsys: pytest.Captur
     ]
 
 
+def test_the_runs_table_names_each_runs_processor_only_where_they_differ(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Seeds trained on different machines (each pair on one) are read with the processor beside each run; runs of
+    one processor get no such column."""
+    intel = {"cpu": "Intel(R) Xeon(R) Gold 6430", "cpu_flags": "avx2 avx512f amx_bf16", "accelerator": "cpu"}
+    amd = {"cpu": "AMD EPYC 7B13", "cpu_flags": "avx2", "accelerator": "cpu"}
+    curve = [[300, 0.40], [600, 0.45]]
+    for seed, made in enumerate((intel, amd)):
+        write_run(tmp_path / f"seed{seed}", 0.45, 0.01, [weighting("uniform")], seed=seed, validation=curve,
+                  environment={**made, "torch": "2.14.1"})  # fmt: skip
+    assert main([str(tmp_path)]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if "| Converged |" in line or "| no |" in line]
+    assert lines[0].endswith("| Converged | Made on |")
+    assert [line.split(" | ")[-1] for line in lines[1:]] == [
+        "Intel(R) Xeon(R) Gold 6430 [avx2 avx512f amx_bf16] (cpu) |",
+        "AMD EPYC 7B13 [avx2] (cpu) |",
+    ]
+
+    assert main([str(tmp_path / "seed1")]) == 0  # one processor: nothing to tell apart
+    assert "Made on" not in capsys.readouterr().out
+
+
 def test_headers_and_plot_titles_name_what_differs_in_words(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
