@@ -303,7 +303,8 @@ def test_compare_names_a_run_without_test_record_or_checkpoint(
     assert run_tool(["compare", str(tmp_path)]) == 2
     assert f"{run} holds no test_results.json" in capsys.readouterr().err
     (run / "test_results.json").write_text(json.dumps({"accuracy": 0.5, "ci95": 0.1, "episodes": 10}))
-    assert run_tool(["compare", str(tmp_path)]) == 2
+    with pytest.warns(UserWarning, match="no config.yaml beside it, so its sampling scheme is unknown"):
+        assert run_tool(["compare", str(tmp_path)]) == 2
     assert f"no checkpoints/best-*.ckpt beside {run / 'test_results.json'}" in capsys.readouterr().err
 
 
