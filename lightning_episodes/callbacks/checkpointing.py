@@ -37,9 +37,13 @@ class ResumableCheckpoint(ModelCheckpoint):
     The top-k checkpoints by ``monitor`` are written as by ``ModelCheckpoint`` (e.g. the best by ``val/acc`` at
     each validation). ``last.ckpt`` is written as well:
 
-    - every ``last_every_n_steps`` training (optimiser) steps, so a killed run loses at most that many steps;
-    - after a validation at such a step, and whenever a top-k checkpoint is written, so that it records the
-      validation's outcome (the best path that ``test --ckpt_path best`` reads from it);
+    - every ``last_every_n_steps`` training (optimiser) steps, so a killed run loses at most that many steps; at
+      such a step with a validation after it, only after the validation (and whenever a top-k checkpoint is
+      written), so that it records the validation's outcome (the best path that ``test --ckpt_path best`` reads
+      from it), and a run killed during that validation resumes from the previous ``last.ckpt`` and validates
+      at that step again: Lightning does not repeat a validation due at the step it resumes from, which would
+      leave the curve and the best-checkpoint choice without it. (A time-based ``val_check_interval`` is not
+      known in advance: there ``last.ckpt`` is written before the validation and again after it.)
     - at the end of ``fit``: after ``fit``, it always holds the final weights;
     - when the run is preempted (``SIGTERM``, ``SIGINT`` or ``SIGUSR1``, which
       :class:`~lightning_episodes.callbacks.PreemptionHandler`, or Lightning for ``SIGTERM``, turns into a
@@ -92,6 +96,8 @@ class ResumableCheckpoint(ModelCheckpoint):
         #: global step of the state in ``last.ckpt``, and how many times this run wrote it
         self._last_step: int | None = None
         self._last_writes = 0
+        #: a global step whose ``last.ckpt`` waits for the validation after it
+        self._deferred: int | None = None
         self._stage: str | None = None  # of the last `setup`: the Trainer's current stage
         #: the checkpoint the coming ``fit`` continues from, where the caller knows it before ``setup`` (the CLI's
         #: ``--ckpt_path``): a fit resuming from its own folder is not warned that the folder "is not empty"
@@ -113,7 +119,7 @@ class ResumableCheckpoint(ModelCheckpoint):
         for warning in caught:
             if not (expected and "exists and is not empty" in str(warning.message)):
                 warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
-        self._last_step = None
+        self._last_step = self._deferred = None
         self._stage = stage
         if stage == "fit" and trainer.loggers:
             self.log_dir = trainer.log_dir  # a collective under DDP: every rank asks
@@ -162,21 +168,38 @@ class ResumableCheckpoint(ModelCheckpoint):
         self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
         self._last_global_step_saved = previous
 
+    @staticmethod
+    def _validation_follows(trainer: pl.Trainer) -> bool:
+        # whether the fit loop validates right after this training batch, by the loop's own rule (the same in
+        # every process); unknown in advance for a time-based interval
+        loop = trainer.fit_loop.epoch_loop
+        fetcher = trainer.fit_loop._data_fetcher
+        if getattr(trainer, "_val_check_time_interval", None) is not None or fetcher is None:
+            return False
+        return bool(loop._should_check_val_fx(fetcher))
+
     @override
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+        if self._deferred is not None and self._last_step != self._deferred:
+            self._write_last(trainer)  # the validation it waited for did not run (e.g. an empty val loader)
+        self._deferred = None
         if self._due(trainer) and self._last_step != trainer.global_step:
-            self._write_last(trainer)
+            if self._validation_follows(trainer):
+                self._deferred = trainer.global_step  # written after the validation, with it
+            else:
+                self._write_last(trainer)
 
     @override
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         writes = self._last_writes
         super().on_validation_end(trainer, pl_module)
-        # written at this step before the validation and not since: again, with the validation's outcome
-        if self._due(trainer) and self._last_step == trainer.global_step and self._last_writes == writes:
+        # due at this step and not written since the validation (a top-k checkpoint writes last.ckpt too)
+        if self._due(trainer) and self._last_writes == writes:
             self._write_last(trainer)
+        self._deferred = None
 
     @override
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

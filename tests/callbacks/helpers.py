@@ -28,6 +28,17 @@ class CrashAt(Callback):
             raise RuntimeError("CRASH")
 
 
+class CrashInValidationAt(Callback):
+    """Raises ``RuntimeError("CRASH")`` inside the validation after global step ``step`` (a run killed there)."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_validation_batch_end(self, trainer: pl.Trainer, *args: Any) -> None:
+        if trainer.global_step == self.step and not trainer.sanity_checking:
+            raise RuntimeError("CRASH")
+
+
 class SignalAt(Callback):
     """Sends this process ``signal`` (a name: SIGTERM, SIGINT, SIGUSR1) at the end of the batch that makes global step
     ``step`` (a preempted or interrupted run); under DDP only in the process of global rank ``rank`` (``None``: in

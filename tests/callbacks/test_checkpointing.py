@@ -16,7 +16,7 @@ from pytorch_lightning.loggers import CSVLogger
 from lightning_episodes import ProtoNet
 from lightning_episodes.callbacks import ResumableCheckpoint
 from lightning_episodes.callbacks.checkpointing import find_last_checkpoint
-from tests.callbacks.helpers import CrashAt
+from tests.callbacks.helpers import CrashAt, CrashInValidationAt
 from tests.helpers import tiny_datamodule, tiny_trainer
 
 #: the monitored score at the validations of steps 2, 4, 6: best at step 2, as when validation peaks early
@@ -101,6 +101,17 @@ def test_last_at_a_validation_step_records_the_validation(tmp_path: Path) -> Non
     last = _load(tmp_path / "last.ckpt")
     assert last["global_step"] == 4
     assert last["callbacks"]["FixedScore"] == {"seen": 2}  # after the validations of steps 2 and 4
+
+
+def test_a_run_killed_in_a_validation_at_a_due_step_keeps_the_previous_last(tmp_path: Path) -> None:
+    """Step 4 is due for last.ckpt and validated: killed inside that validation, last.ckpt is still the state of
+    step 2 (after its validation), so the resumed run repeats steps 3-4 and the validation of step 4 (Lightning
+    does not repeat a validation due at the step it resumes from)."""
+    with pytest.raises(RuntimeError, match="CRASH"):
+        _fit(ResumableCheckpoint(last_every_n_steps=2, **_options(tmp_path)), extra=[CrashInValidationAt(4)])
+    last = _load(tmp_path / "last.ckpt")
+    assert last["global_step"] == 2
+    assert last["callbacks"]["FixedScore"] == {"seen": 1}
 
 
 @pytest.mark.parametrize(

@@ -25,15 +25,16 @@ ROOT = Path(__file__).resolve().parents[2]
 CHECKPOINT = {**DEFAULT_CHECKPOINT, "init_args": {**DEFAULT_CHECKPOINT["init_args"], "last_every_n_steps": 2}}
 
 
-def _config(folder: Path, crash_at: int | None = None, sigterm_at: int | None = None) -> Path:
+def _config(
+    folder: Path, crash_at: int | None = None, sigterm_at: int | None = None, crash_in_validation_at: int | None = None
+) -> Path:
     """A config like quickstart + a sampling config: a CSV logger and a checkpoint callback without dirpath, so
     checkpoints go to ``<folder>/logs/version_N/checkpoints``, a new folder for each run."""
     callbacks: list[dict[str, Any]] = [CHECKPOINT]
-    if crash_at is not None:
-        crash = {"class_path": "tests.callbacks.test_checkpointing.CrashAt", "init_args": {"step": crash_at}}
-        callbacks = [crash, CHECKPOINT]
-    if sigterm_at is not None:
-        callbacks = [{"class_path": "tests.callbacks.helpers.SignalAt", "init_args": {"step": sigterm_at}}, CHECKPOINT]
+    stops = {"CrashAt": crash_at, "CrashInValidationAt": crash_in_validation_at, "SignalAt": sigterm_at}
+    for name, step in stops.items():
+        if step is not None:
+            callbacks = [{"class_path": f"tests.callbacks.helpers.{name}", "init_args": {"step": step}}, CHECKPOINT]
     config = {
         "seed_everything": 0,
         "trainer": {
@@ -66,7 +67,8 @@ def _config(folder: Path, crash_at: int | None = None, sigterm_at: int | None = 
             }
         },
     }
-    path = folder / f"config{'' if crash_at is None else '-crash'}{'' if sigterm_at is None else '-sigterm'}.yaml"
+    crashed = crash_at is not None or crash_in_validation_at is not None
+    path = folder / f"config{'-crash' if crashed else ''}{'' if sigterm_at is None else '-sigterm'}.yaml"
     folder.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(config))
     return path
@@ -103,6 +105,46 @@ def test_fit_ckpt_path_last_resumes_a_killed_run_exactly(tmp_path: Path) -> None
     # one run folder: the resumed run continued version_0, whose metrics keep the rows before the checkpoint
     assert sorted(p.name for p in (run / "logs").iterdir()) == ["version_0"]
     assert _steps(run / "logs/version_0/metrics.csv") == _steps(tmp_path / "straight/logs/version_0/metrics.csv")
+
+
+def _validations(metrics: Path) -> list[tuple[int, str]]:
+    with metrics.open(newline="") as handle:
+        return [(int(row["step"]), row["val/acc"]) for row in csv.DictReader(handle) if row.get("val/acc")]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("every", "resumed_from"), [(2, 4), (3, 3)])
+def test_a_run_killed_inside_a_validation_resumes_with_that_validation(
+    tmp_path: Path, every: int, resumed_from: int
+) -> None:
+    """Step 6 is due for last.ckpt (every 2 or 3 steps) and validated (every 3): killed inside that validation and
+    resumed from the last.ckpt before it (step 4, written after its batch, or step 3, written after its own
+    validation), the run validates at step 6 as an uninterrupted run does (same steps, once each, same accuracies)
+    and ends with its weights bit for bit: the validation neither goes missing, nor runs twice, nor moves the
+    training's random state."""
+
+    def config(folder: Path, crash: int | None = None) -> Path:
+        path = _config(folder, crash_in_validation_at=crash)
+        settings = yaml.safe_load(path.read_text())
+        settings["trainer"]["callbacks"][-1]["init_args"]["last_every_n_steps"] = every
+        path.write_text(yaml.safe_dump(settings))
+        return path
+
+    main(["fit", "--config", str(config(tmp_path / "straight"))])
+    straight = tmp_path / "straight/logs/version_0"
+    run = tmp_path / "killed"
+    with pytest.raises(RuntimeError, match="CRASH"):
+        main(["fit", "--config", str(config(run, crash=6))])
+    last = run / "logs/version_0/checkpoints/last.ckpt"
+    assert torch.load(last, weights_only=True)["global_step"] == resumed_from  # not step 6 without its validation
+    main(["fit", "--config", str(config(run)), "--ckpt_path", "last"])
+
+    expected = _validations(straight / "metrics.csv")
+    assert [step for step, _ in expected] == [2, 5]  # logged at the step index before the optimiser step: 3 and 6
+    assert _validations(run / "logs/version_0/metrics.csv") == expected
+    resumed, reference = _weights(last), _weights(straight / "checkpoints/last.ckpt")
+    for name, tensor in reference.items():
+        assert torch.equal(resumed[name], tensor), name
 
 
 @pytest.mark.slow
