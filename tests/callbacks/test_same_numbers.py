@@ -53,6 +53,14 @@ DIGESTS: dict[tuple[str, str, str], dict[str, str]] = {
         "uniform/normal/psis/placebo": "08ded72936ff086a1c59a4ddc8601a3811fbf4aae9adb1b9cd3394c22693be6d",
         "curriculum/normal/truncated": "efa365c4ef88c98d70c49e48c6fc1da149a95d480cdc938a838a0cda4fe47d7d",
     },
+    # computed at d685955 and again at the commit that added them (after f466953) on a 2-core AMD EPYC
+    # (family 25 model 1, AVX2, no AVX-512)
+    ("2.14.1+cu130", "AVX2", "AuthenticAMD"): {
+        "uniform/normal/ess": "1d91a563bc8fb2ce28e449f9de55fdc92b18f2ae16037e556f532f78cc3e0981",
+        "hard/lognormal/running": "a8c30baef54a4713148a683bef025b26fc0a467c598c5536b8cfa70c3d6bd8ef",
+        "uniform/normal/psis/placebo": "d800c18c8bd67d0e3a485dee3bb780d2530eab895b69ec9523f95bfc922dca03",
+        "curriculum/normal/truncated": "08911a6fa9856e4941aa760e36eca13fc11b2d1a0b7027e641720472c7504911",
+    },
 }
 
 
