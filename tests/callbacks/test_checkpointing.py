@@ -114,6 +114,22 @@ def test_a_run_killed_in_a_validation_at_a_due_step_keeps_the_previous_last(tmp_
     assert last["callbacks"]["FixedScore"] == {"seen": 1}
 
 
+def test_a_validation_expected_but_not_run_does_not_lose_the_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the loop was to validate after step 2 but ran no validation (an empty validation loader), last.ckpt,
+    which waited for it, is written at the next batch (step 3) instead of not at all."""
+    monkeypatch.setattr(ResumableCheckpoint, "_validation_follows", staticmethod(lambda trainer: True))
+    pl.seed_everything(0)
+    checkpoint = ResumableCheckpoint(dirpath=tmp_path, last_every_n_steps=2)
+    trainer = tiny_trainer(
+        max_steps=7, limit_val_batches=0, enable_checkpointing=True, callbacks=[CrashAt(4), checkpoint]
+    )
+    with pytest.raises(RuntimeError, match="CRASH"):
+        trainer.fit(ProtoNet(image_size=16), tiny_datamodule())
+    assert _load(tmp_path / "last.ckpt")["global_step"] == 3
+
+
 @pytest.mark.parametrize(
     ("options", "match"),
     [
