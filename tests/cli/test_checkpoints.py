@@ -78,9 +78,13 @@ def _weights(path: Path) -> dict[str, torch.Tensor]:
     return torch.load(path, map_location="cpu", weights_only=True)["state_dict"]
 
 
-def _steps(metrics: Path) -> list[int]:
+def _rows(metrics: Path) -> list[dict[str, str]]:
     with metrics.open(newline="") as handle:
-        return sorted({int(row["step"]) for row in csv.DictReader(handle)})
+        return list(csv.DictReader(handle))
+
+
+def _steps(metrics: Path) -> list[int]:
+    return sorted({int(row["step"]) for row in _rows(metrics)})
 
 
 @pytest.mark.slow
@@ -108,8 +112,8 @@ def test_fit_ckpt_path_last_resumes_a_killed_run_exactly(tmp_path: Path) -> None
 
 
 def _validations(metrics: Path) -> list[tuple[int, str]]:
-    with metrics.open(newline="") as handle:
-        return [(int(row["step"]), row["val/acc"]) for row in csv.DictReader(handle) if row.get("val/acc")]
+    """(step, validation accuracy) of each validation row, in the order logged."""
+    return [(int(row["step"]), row["val/acc"]) for row in _rows(metrics) if row.get("val/acc")]
 
 
 @pytest.mark.slow
